@@ -1,0 +1,253 @@
+//! The ecosystem file exactly as written: serde types with no interpretation.
+//!
+//! These types are the one description of the file format. The JSON Schema
+//! (`supervise schema`, `schemas/ecosystem.schema.json`) is generated from them,
+//! the structural check in [`super::structure`] walks the parsed YAML against that
+//! schema, and only a tree that passed the walk is deserialized into them. Nothing
+//! here is resolved: durations are still text, `max` is still a word, paths are
+//! still relative. [`super::validate`] turns them into the [`crate::spec`] model.
+//!
+//! Source positions are not stored in these types: they live in the spanned node
+//! tree ([`super::node`]), and diagnostics find them by path. That keeps the types
+//! plain (comparable, serialisable, schema-friendly) while every value still has
+//! its `line:column`.
+
+use indexmap::IndexMap;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The whole ecosystem file.
+///
+/// Top-level keys starting with `x-` are ignored, so shared blocks can be defined
+/// there as YAML anchors and merged into apps with `<<: *name`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(
+    title = "supervise ecosystem file",
+    extend("patternProperties" = { "^x-": true })
+)]
+pub struct EcosystemFile {
+    /// Settings merged under every app; an app's own keys win.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defaults: Option<AppFields>,
+    /// The apps, keyed by name (`[a-z0-9][a-z0-9_-]*`, not `all`).
+    pub apps: IndexMap<String, AppFields>,
+}
+
+/// Every key an app (or `defaults`) may set. All are optional here; `command` is
+/// required after `defaults` are merged, which the validation checks.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AppFields {
+    /// What to run: a string split like a shell (no shell features), or a list (the exact argv).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<CommandLine>,
+    /// Run `command` with `/bin/sh -c` (write `exec prog …` so the program gets LISTEN_PID).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shell: Option<bool>,
+    /// Working directory; relative to the ecosystem file's folder. Default: that folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// Environment variables; values may use `{instance}` / `{instance+N}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<IndexMap<String, EnvValue>>,
+    /// A file of `KEY=VALUE` lines; `env` wins over it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_file: Option<String>,
+    /// How many instances: an integer >= 0, or `max` (one per CPU). Default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instances: Option<Instances>,
+    /// Listening sockets shared by every instance (fd 3, 4, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<Listen>,
+    /// When an instance counts as ready. Default `{delay: 1s}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<Ready>,
+    /// Not ready by then = a failed start. Default 30s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_timeout: Option<DurationText>,
+    /// Which exits are restarted. Default `always`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<RestartPolicy>,
+    /// Delay before restart n: min(initial * factor^(n-1), max).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<Backoff>,
+    /// Give up (state `failed`) after `count` restarts within `within`. Default: never give up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_restarts: Option<MaxRestarts>,
+    /// The signal sent to the process group to stop it. Default SIGTERM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_signal: Option<String>,
+    /// Then SIGKILL to the whole process group. Default 10s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kill_timeout: Option<DurationText>,
+    /// Rolling replacement limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reload: Option<Reload>,
+    /// Run as this user (only when the supervisor runs as root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Run with this group. Default: the user's primary group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+}
+
+/// `command`: a string split like a shell, or the exact argv.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+#[schemars(extend("x-expected" = "a command string or a list of arguments"))]
+pub enum CommandLine {
+    Line(String),
+    Argv(Vec<String>),
+}
+
+/// An `env` value: scalars are accepted and turned into text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+#[schemars(extend("x-expected" = "a string, number or boolean"))]
+pub enum EnvValue {
+    Text(String),
+    Integer(i64),
+    Float(f64),
+    Bool(bool),
+}
+
+/// `instances`: a count or `max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+#[schemars(extend("x-expected" = "an integer >= 0 or \"max\""))]
+pub enum Instances {
+    Count(u32),
+    Keyword(MaxKeyword),
+}
+
+/// The word `max`: one instance per available CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum MaxKeyword {
+    Max,
+}
+
+/// `listen`: one entry or a list of them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+#[schemars(extend("x-expected" = "an address, a {name, address} mapping, or a list of them"))]
+pub enum Listen {
+    One(ListenEntry),
+    Many(Vec<ListenEntry>),
+}
+
+/// One listening socket: `host:port`, `[v6]:port`, `:port`, `unix:/path`, or a named one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+#[schemars(extend("x-expected" = "an address such as \"0.0.0.0:5000\" or a {name, address} mapping"))]
+pub enum ListenEntry {
+    Address(String),
+    Named(NamedListen),
+}
+
+/// A listening socket with a name for `LISTEN_FDNAMES`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NamedListen {
+    pub name: String,
+    pub address: String,
+}
+
+/// `ready`: a keyword or a probe.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+#[schemars(extend(
+    "x-expected" = "none, notify, {tcp: ADDRESS}, {http: URL} or {delay: DURATION}"
+))]
+pub enum Ready {
+    Keyword(ReadyKeyword),
+    Tcp(TcpProbe),
+    Http(HttpProbe),
+    Delay(DelayProbe),
+}
+
+/// `none` (ready at spawn) or `notify` (the sd_notify protocol, `READY=1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ReadyKeyword {
+    None,
+    Notify,
+}
+
+/// Ready once a TCP connect to this address succeeds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TcpProbe {
+    pub tcp: String,
+}
+
+/// Ready once a GET of this URL answers 2xx.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HttpProbe {
+    pub http: String,
+}
+
+/// Ready when still alive after this long.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DelayProbe {
+    pub delay: DurationText,
+}
+
+/// `restart` policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum RestartPolicy {
+    /// Restart after any exit.
+    Always,
+    /// Restart after a non-zero exit or a death by signal.
+    OnFailure,
+    /// Never restart.
+    Never,
+}
+
+/// `backoff` between restarts.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Backoff {
+    /// The first delay. Default 100ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial: Option<DurationText>,
+    /// The longest delay. Default 30s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<DurationText>,
+    /// Each delay is this many times the previous one. Default 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub factor: Option<f64>,
+    /// Ready this long resets the attempt counter. Default 60s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_after: Option<DurationText>,
+}
+
+/// `max_restarts`: give up after `count` restarts within `within`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MaxRestarts {
+    pub count: u32,
+    pub within: DurationText,
+}
+
+/// `reload`: rolling replacement limits.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Reload {
+    /// Extra instances allowed during a rollout. Default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_surge: Option<u32>,
+    /// Instances allowed to be not ready during a rollout. Default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unavailable: Option<u32>,
+}
+
+/// A humantime duration as written (`250ms`, `5s`, `1m30s`); parsed by validation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(transparent)]
+#[schemars(extend("x-expected" = "a duration such as \"250ms\", \"5s\" or \"1m30s\""))]
+pub struct DurationText(pub String);

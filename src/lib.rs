@@ -1,0 +1,9 @@
+//! `supervise`: a declarative process supervisor for Linux.
+//!
+//! The crate is laid out the way data flows (DESIGN.md §3):
+//! [`config`] reads and checks the ecosystem file and resolves it into the
+//! [`spec`] model, which is all the rest of the program ever sees.
+
+pub mod cli;
+pub mod config;
+pub mod spec;

@@ -1,0 +1,16 @@
+use std::process::ExitCode;
+
+use clap::Parser;
+use supervise::cli::{self, Cli, Command};
+
+fn main() -> ExitCode {
+    let args = Cli::parse();
+    match args.command {
+        Some(Command::Check { format }) => cli::check(args.file.as_deref(), format),
+        Some(Command::Schema) => cli::schema(),
+        Some(Command::Run) | None => {
+            eprintln!("supervise: running the supervisor is not built yet; `supervise check` works");
+            ExitCode::from(cli::exit::USAGE)
+        }
+    }
+}

@@ -1,0 +1,333 @@
+//! The validated, resolved model of an ecosystem file: what the rest of the
+//! program works from.
+//!
+//! Everything here is already checked and interpreted: `defaults` merged,
+//! `max` resolved to a count, paths absolute, durations and signals parsed,
+//! addresses parsed, `env_file` read and merged under `env`. A value of these
+//! types is always runnable as far as the file can tell.
+//!
+//! [`ProcessDefinition`] groups the fields a running process cannot pick up:
+//! when it changes, instances are replaced; when only the [`AppSpec`]'s policy
+//! fields change, running instances keep running (DESIGN.md §3, "fingerprint").
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+pub use crate::config::raw::RestartPolicy;
+
+/// Everything the file asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Desired {
+    /// The ecosystem file, absolute.
+    pub source: PathBuf,
+    /// The apps in file order.
+    pub apps: Vec<AppSpec>,
+}
+
+impl Desired {
+    pub fn app(&self, name: &str) -> Option<&AppSpec> {
+        self.apps.iter().find(|a| a.name == name)
+    }
+}
+
+/// One app, resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppSpec {
+    pub name: String,
+    /// The fields that need a new process to change.
+    pub process: ProcessDefinition,
+    pub instances: u32,
+    /// Set when `instances: max` was written: the CPU count it resolved to.
+    pub instances_from_max: bool,
+    pub ready: Readiness,
+    pub ready_timeout: Duration,
+    pub restart: RestartPolicy,
+    pub backoff: BackoffPolicy,
+    pub max_restarts: Option<MaxRestarts>,
+    pub stop_signal: Signal,
+    pub kill_timeout: Duration,
+    pub reload: ReloadLimits,
+}
+
+/// What makes a process what it is. Two equal definitions produce identical
+/// processes; a changed one makes running instances outdated.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ProcessDefinition {
+    /// The argv to execute; with `shell: true` it is `/bin/sh -c <command>`.
+    pub argv: Vec<Template>,
+    /// Whether `command` was given to `/bin/sh -c`.
+    pub shell: bool,
+    pub cwd: PathBuf,
+    /// `env_file` entries, then `env` entries overriding them, in order.
+    pub env: Vec<(String, Template)>,
+    pub listen: Vec<ListenSpec>,
+    pub identity: Option<Identity>,
+}
+
+/// The user and group a worker runs as.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Identity {
+    pub user: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub home: PathBuf,
+}
+
+/// A string with `{instance}` / `{instance+N}` placeholders.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Template {
+    parts: Vec<TemplatePart>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum TemplatePart {
+    Text(String),
+    /// `{instance}` (offset 0) or `{instance+N}`.
+    Instance(u32),
+}
+
+/// Why a template could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateError(pub String);
+
+impl Template {
+    /// Parse placeholders. Braces that do not start `{instance` are literal text
+    /// (so `${HOME}` in a shell command stays as it is).
+    pub fn parse(text: &str) -> Result<Template, TemplateError> {
+        const OPEN: &str = "{instance";
+        let mut parts = Vec::new();
+        let mut rest = text;
+        while let Some(start) = rest.find(OPEN) {
+            let after = &rest[start + OPEN.len()..];
+            let Some(end) = after.find('}') else {
+                return Err(TemplateError(format!(
+                    "unclosed placeholder `{}`",
+                    &rest[start..]
+                )));
+            };
+            let inner = &after[..end];
+            let offset = if inner.is_empty() {
+                0
+            } else if let Some(number) = inner.strip_prefix('+') {
+                number
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|_| number.bytes().all(|b| b.is_ascii_digit()))
+                    .ok_or_else(|| {
+                        TemplateError(format!(
+                            "bad placeholder `{{instance{inner}}}`: expected `{{instance+N}}` with N a whole number"
+                        ))
+                    })?
+            } else {
+                return Err(TemplateError(format!(
+                    "bad placeholder `{{instance{inner}}}`: use `{{instance}}` or `{{instance+N}}`"
+                )));
+            };
+            if start > 0 {
+                parts.push(TemplatePart::Text(rest[..start].to_string()));
+            }
+            parts.push(TemplatePart::Instance(offset));
+            rest = &after[end + 1..];
+        }
+        if !rest.is_empty() {
+            parts.push(TemplatePart::Text(rest.to_string()));
+        }
+        Ok(Template { parts })
+    }
+
+    /// A template without placeholders.
+    pub fn literal(text: impl Into<String>) -> Template {
+        Template {
+            parts: vec![TemplatePart::Text(text.into())],
+        }
+    }
+
+    /// Whether the text depends on the instance number.
+    pub fn uses_instance(&self) -> bool {
+        self.parts
+            .iter()
+            .any(|p| matches!(p, TemplatePart::Instance(_)))
+    }
+
+    /// The text for one slot.
+    pub fn expand(&self, instance: u32) -> String {
+        let mut out = String::new();
+        for part in &self.parts {
+            match part {
+                TemplatePart::Text(text) => out.push_str(text),
+                TemplatePart::Instance(offset) => {
+                    out.push_str(&(u64::from(instance) + u64::from(*offset)).to_string())
+                }
+            }
+        }
+        out
+    }
+}
+
+impl fmt::Display for Template {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for part in &self.parts {
+            match part {
+                TemplatePart::Text(text) => f.write_str(text)?,
+                TemplatePart::Instance(0) => f.write_str("{instance}")?,
+                TemplatePart::Instance(n) => write!(f, "{{instance+{n}}}")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A listening socket shared by every instance of an app.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ListenSpec {
+    /// The name passed in `LISTEN_FDNAMES`.
+    pub name: String,
+    pub address: ListenAddress,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ListenAddress {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl ListenAddress {
+    /// Would binding both at once fail (same port on overlapping interfaces, or
+    /// the same socket path)? Port 0 asks the kernel for a free port: never clashes.
+    pub fn overlaps(&self, other: &ListenAddress) -> bool {
+        match (self, other) {
+            (ListenAddress::Unix(a), ListenAddress::Unix(b)) => a == b,
+            (ListenAddress::Tcp(a), ListenAddress::Tcp(b)) => {
+                a.port() != 0
+                    && a.port() == b.port()
+                    && (a.ip() == b.ip()
+                        || (a.ip().is_unspecified() && (a.is_ipv6() || b.is_ipv4()))
+                        || (b.ip().is_unspecified() && (b.is_ipv6() || a.is_ipv4())))
+            }
+            _ => false,
+        }
+    }
+
+    /// Would a connection to `target` reach this listener?
+    pub fn covers(&self, target: &SocketAddr) -> bool {
+        match self {
+            ListenAddress::Tcp(address) => {
+                address.port() == target.port()
+                    && (address.ip() == target.ip() || address.ip().is_unspecified())
+            }
+            ListenAddress::Unix(_) => false,
+        }
+    }
+}
+
+impl fmt::Display for ListenAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ListenAddress::Tcp(address) => write!(f, "{address}"),
+            ListenAddress::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
+/// When a new instance counts as ready.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Readiness {
+    /// Ready at spawn.
+    Immediate,
+    /// Ready on `READY=1` over `NOTIFY_SOCKET`.
+    Notify,
+    /// Ready once a TCP connect to the expanded address succeeds.
+    Tcp(Template),
+    /// Ready once a GET of the expanded URL answers 2xx.
+    Http(Template),
+    /// Ready when still alive after this long.
+    Delay(Duration),
+}
+
+/// Delays between restarts: `min(initial * factor^(n-1), max)`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BackoffPolicy {
+    pub initial: Duration,
+    pub max: Duration,
+    pub factor: f64,
+    /// Ready this long resets the attempt counter.
+    pub reset_after: Duration,
+}
+
+/// Give up after `count` restarts within `within`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MaxRestarts {
+    pub count: u32,
+    pub within: Duration,
+}
+
+/// Rolling replacement limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReloadLimits {
+    pub max_surge: u32,
+    pub max_unavailable: u32,
+}
+
+/// The defaults DESIGN.md §2 marks.
+pub mod defaults {
+    use std::time::Duration;
+
+    pub const INSTANCES: u32 = 1;
+    pub const READY_DELAY: Duration = Duration::from_secs(1);
+    pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
+    pub const BACKOFF_INITIAL: Duration = Duration::from_millis(100);
+    pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
+    pub const BACKOFF_FACTOR: f64 = 2.0;
+    pub const BACKOFF_RESET_AFTER: Duration = Duration::from_secs(60);
+    pub const KILL_TIMEOUT: Duration = Duration::from_secs(10);
+    pub const MAX_SURGE: u32 = 1;
+    pub const MAX_UNAVAILABLE: u32 = 0;
+    /// The most instances one app may ask for.
+    pub const MAX_INSTANCES: u32 = 4096;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn template_expands_instance_and_offsets() {
+        let t = Template::parse("w{instance}-{instance+9000}").unwrap();
+        assert_eq!(t.expand(0), "w0-9000");
+        assert_eq!(t.expand(3), "w3-9003");
+        assert!(t.uses_instance());
+        assert_eq!(t.to_string(), "w{instance}-{instance+9000}");
+    }
+
+    #[test]
+    fn template_leaves_other_braces_alone() {
+        let t = Template::parse("echo ${HOME} {x}").unwrap();
+        assert_eq!(t.expand(1), "echo ${HOME} {x}");
+        assert!(!t.uses_instance());
+    }
+
+    #[test]
+    fn template_rejects_bad_placeholders() {
+        assert!(Template::parse("{instance-1}").is_err());
+        assert!(Template::parse("{instance+x}").is_err());
+        assert!(Template::parse("{instance+}").is_err());
+        assert!(Template::parse("{instance").is_err());
+        assert!(Template::parse("{instances}").is_err());
+    }
+
+    #[test]
+    fn overlapping_addresses() {
+        let tcp = |s: &str| ListenAddress::Tcp(s.parse().unwrap());
+        assert!(tcp("0.0.0.0:80").overlaps(&tcp("127.0.0.1:80")));
+        assert!(tcp("127.0.0.1:80").overlaps(&tcp("0.0.0.0:80")));
+        assert!(tcp("[::]:80").overlaps(&tcp("127.0.0.1:80")));
+        assert!(!tcp("127.0.0.1:80").overlaps(&tcp("127.0.0.2:80")));
+        assert!(!tcp("127.0.0.1:80").overlaps(&tcp("127.0.0.1:81")));
+        assert!(!tcp("127.0.0.1:0").overlaps(&tcp("127.0.0.1:0")));
+        assert!(!tcp("0.0.0.0:80").overlaps(&tcp("[::1]:80")));
+    }
+}
