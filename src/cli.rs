@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::config::{self, diagnostic, Host};
+use crate::config::{self, Host, diagnostic};
 use crate::spec::Desired;
 
 /// Exit codes shared by every command (DESIGN.md §2).
@@ -20,7 +20,11 @@ pub mod exit {
 }
 
 #[derive(Debug, Parser)]
-#[command(name = "supervise", version, about = "A declarative process supervisor: keeps running processes equal to an ecosystem file.")]
+#[command(
+    name = "supervise",
+    version,
+    about = "A declarative process supervisor: keeps running processes equal to an ecosystem file."
+)]
 pub struct Cli {
     /// The ecosystem file (default: ./ecosystem.yaml, then ./ecosystem.yml).
     #[arg(short = 'f', long = "file", global = true, value_name = "FILE")]
@@ -60,8 +64,12 @@ pub fn ecosystem_path(file: Option<&Path>) -> Result<PathBuf, String> {
             return Ok(PathBuf::from(candidate));
         }
     }
-    let here = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_else(|_| ".".into());
-    Err(format!("no ecosystem.yaml or ecosystem.yml in {here}; pass the file with -f FILE"))
+    let here = std::env::current_dir()
+        .map(|d| d.display().to_string())
+        .unwrap_or_else(|_| ".".into());
+    Err(format!(
+        "no ecosystem.yaml or ecosystem.yml in {here}; pass the file with -f FILE"
+    ))
 }
 
 /// Write to stdout, ignoring a closed pipe (`supervise check | head`).
@@ -98,10 +106,17 @@ pub fn check(file: Option<&Path>, format: Format) -> ExitCode {
     };
     match format {
         Format::Human => {
-            out(&diagnostic::render(&shown, &checked.text, &checked.diagnostics));
+            out(&diagnostic::render(
+                &shown,
+                &checked.text,
+                &checked.diagnostics,
+            ));
             match &checked.desired {
                 Some(desired) => out(&summary(&shown, desired, &checked.diagnostics)),
-                None => out(&format!("{shown}: invalid ({})\n", diagnostic::summary_line(&checked.diagnostics))),
+                None => out(&format!(
+                    "{shown}: invalid ({})\n",
+                    diagnostic::summary_line(&checked.diagnostics)
+                )),
             }
         }
         Format::Json => {
@@ -113,7 +128,11 @@ pub fn check(file: Option<&Path>, format: Format) -> ExitCode {
             out(&format!("{report:#}\n"));
         }
     }
-    ExitCode::from(if checked.is_valid() { exit::OK } else { exit::INVALID })
+    ExitCode::from(if checked.is_valid() {
+        exit::OK
+    } else {
+        exit::INVALID
+    })
 }
 
 /// The success summary: apps, instances each, sockets, and what `max` became.
@@ -133,7 +152,11 @@ pub fn summary(shown: &str, desired: &Desired, diagnostics: &[diagnostic::Diagno
     text.push('\n');
     let width = desired.apps.iter().map(|a| a.name.len()).max().unwrap_or(0);
     for app in &desired.apps {
-        let mut line = format!("  {:width$}  {}", app.name, plural(app.instances as usize, "instance"));
+        let mut line = format!(
+            "  {:width$}  {}",
+            app.name,
+            plural(app.instances as usize, "instance")
+        );
         if app.instances_from_max {
             line.push_str(&format!(" (max = {} CPUs)", app.instances));
         }
@@ -149,6 +172,9 @@ pub fn summary(shown: &str, desired: &Desired, diagnostics: &[diagnostic::Diagno
 /// `supervise schema`.
 pub fn schema() -> ExitCode {
     let schema = config::json_schema();
-    out(&format!("{}\n", serde_json::to_string_pretty(&schema).unwrap_or_default()));
+    out(&format!(
+        "{}\n",
+        serde_json::to_string_pretty(&schema).unwrap_or_default()
+    ));
     ExitCode::from(exit::OK)
 }

@@ -9,7 +9,9 @@ fn main() -> ExitCode {
         Some(Command::Check { format }) => cli::check(args.file.as_deref(), format),
         Some(Command::Schema) => cli::schema(),
         Some(Command::Run) | None => {
-            eprintln!("supervise: running the supervisor is not built yet; `supervise check` works");
+            eprintln!(
+                "supervise: running the supervisor is not built yet; `supervise check` works"
+            );
             ExitCode::from(cli::exit::USAGE)
         }
     }

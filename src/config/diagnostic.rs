@@ -130,7 +130,13 @@ impl<'a> Reporter<'a> {
         self.push(Severity::Warning, path, false, message.into())
     }
 
-    fn push(&mut self, severity: Severity, path: &[PathSeg], key: bool, message: String) -> &mut Diagnostic {
+    fn push(
+        &mut self,
+        severity: Severity,
+        path: &[PathSeg],
+        key: bool,
+        message: String,
+    ) -> &mut Diagnostic {
         let location = self.root.find(path, key).location;
         // The same value reached through `defaults` or an alias is reported once.
         let index = match self
@@ -251,10 +257,17 @@ fn render_one(out: &mut String, file: &str, source: &str, d: &Diagnostic) {
 
 /// The one-line count printed after the diagnostics.
 pub fn summary_line(diagnostics: &[Diagnostic]) -> String {
-    let errors = diagnostics.iter().filter(|d| d.severity == Severity::Error).count();
+    let errors = diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Error)
+        .count();
     let warnings = diagnostics.len() - errors;
     let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
-    format!("{}, {}", plural(errors, "error"), plural(warnings, "warning"))
+    format!(
+        "{}, {}",
+        plural(errors, "error"),
+        plural(warnings, "warning")
+    )
 }
 
 /// Diagnostics as JSON objects for editors and CI (`check --format json`).
@@ -283,7 +296,10 @@ pub fn to_json<'a>(file: &'a str, diagnostics: &'a [Diagnostic]) -> Vec<JsonDiag
 }
 
 /// The closest candidate to a misspelt word, if any is close enough to help.
-pub fn did_you_mean<'c>(word: &str, candidates: impl IntoIterator<Item = &'c str>) -> Option<&'c str> {
+pub fn did_you_mean<'c>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'c str>,
+) -> Option<&'c str> {
     candidates
         .into_iter()
         .map(|candidate| (strsim::jaro_winkler(word, candidate), candidate))

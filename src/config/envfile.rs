@@ -13,7 +13,8 @@ pub const MAX_ENV_FILE_BYTES: u64 = 1024 * 1024;
 
 /// Read and parse an env file. The error says what and where, ready to print.
 pub fn read(path: &Path) -> Result<Vec<(String, String)>, String> {
-    let metadata = std::fs::metadata(path).map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
+    let metadata =
+        std::fs::metadata(path).map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
     if !metadata.is_file() {
         return Err(format!("`{}` is not a file", path.display()));
     }
@@ -24,8 +25,10 @@ pub fn read(path: &Path) -> Result<Vec<(String, String)>, String> {
             metadata.len()
         ));
     }
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
-    let text = String::from_utf8(bytes).map_err(|_| format!("`{}` is not UTF-8 text", path.display()))?;
+    let bytes =
+        std::fs::read(path).map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
+    let text =
+        String::from_utf8(bytes).map_err(|_| format!("`{}` is not UTF-8 text", path.display()))?;
     parse(&text).map_err(|(line, message)| format!("{}:{line}: {message}", path.display()))
 }
 
@@ -38,13 +41,18 @@ pub fn parse(text: &str) -> Result<Vec<(String, String)>, (usize, String)> {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let line = line.strip_prefix("export ").map(str::trim_start).unwrap_or(line);
+        let line = line
+            .strip_prefix("export ")
+            .map(str::trim_start)
+            .unwrap_or(line);
         let Some((name, value)) = line.split_once('=') else {
             return Err((number, "expected KEY=VALUE".to_string()));
         };
         let name = name.trim();
         let mut bytes = name.bytes();
-        let valid = bytes.next().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        let valid = bytes
+            .next()
+            .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
             && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_');
         if !valid {
             return Err((number, format!("invalid variable name `{name}`")));
@@ -97,7 +105,8 @@ mod tests {
 
     #[test]
     fn parses_the_usual_forms() {
-        let text = "# comment\n\nA=1\nexport B = two words \nC='x # y'\nD=\"a\\nb \\\"q\\\"\"\nE=\n";
+        let text =
+            "# comment\n\nA=1\nexport B = two words \nC='x # y'\nD=\"a\\nb \\\"q\\\"\"\nE=\n";
         let parsed = parse(text).unwrap();
         let expected = [
             ("A", "1"),

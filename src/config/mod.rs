@@ -119,10 +119,17 @@ pub fn check_bytes(bytes: &[u8], source: &Path, host: &Host) -> Checked {
             let valid = &bytes[..error.valid_up_to()];
             let line = valid.iter().filter(|b| **b == b'\n').count() as u64 + 1;
             let line_start = valid.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-            let column = String::from_utf8_lossy(&valid[line_start..]).chars().count() as u64 + 1;
+            let column = String::from_utf8_lossy(&valid[line_start..])
+                .chars()
+                .count() as u64
+                + 1;
             let diagnostic = Diagnostic::error(
                 "the file is not valid UTF-8",
-                Some(Location { line, column, len: 1 }),
+                Some(Location {
+                    line,
+                    column,
+                    len: 1,
+                }),
             )
             .with_help("save the file as UTF-8");
             Checked {
@@ -138,8 +145,11 @@ pub fn check_bytes(bytes: &[u8], source: &Path, host: &Host) -> Checked {
 pub fn check_text(text: &str, source: &Path, host: &Host) -> Checked {
     let (desired, mut diagnostics) = match node::parse(text) {
         Err(error) => {
-            let diagnostic = Diagnostic::error(error.message, Some(error.location.unwrap_or_else(Location::start)))
-                .with_help("this is a YAML syntax error; nothing after it was checked");
+            let diagnostic = Diagnostic::error(
+                error.message,
+                Some(error.location.unwrap_or_else(Location::start)),
+            )
+            .with_help(error.help);
             (None, vec![diagnostic])
         }
         Ok(root) => check_tree(&root, source, host),
@@ -156,9 +166,9 @@ fn check_tree(root: &node::Node, source: &Path, host: &Host) -> (Option<Desired>
     let mut reporter = Reporter::new(root);
     match &root.kind {
         node::NodeKind::Null => {
-            reporter
-                .error(&[], "the file is empty")
-                .help("an ecosystem file is a mapping with `apps:`; see examples/hello/ecosystem.yaml");
+            reporter.error(&[], "the file is empty").help(
+                "an ecosystem file is a mapping with `apps:`; see examples/hello/ecosystem.yaml",
+            );
             return (None, reporter.finish());
         }
         node::NodeKind::Map(_) => {}
@@ -169,11 +179,13 @@ fn check_tree(root: &node::Node, source: &Path, host: &Host) -> (Option<Desired>
             return (None, reporter.finish());
         }
     }
-    structure::check(root, &SCHEMA, &mut reporter);
-    if reporter.has_errors() {
+    let problems = structure::check(root, &SCHEMA, &mut reporter);
+    // Set aside what is structurally broken and check everything else, so one
+    // run reports the misspelt key *and* the bad signal two lines below it.
+    let Some((json, broken)) = without_broken_parts(root, &problems) else {
         return (None, reporter.finish());
-    }
-    let raw = match raw_from_tree(root) {
+    };
+    let raw = match serde_json::from_value::<raw::EcosystemFile>(json) {
         Ok(raw) => raw,
         Err(error) => {
             // The structure check should make this impossible; if the two ever
@@ -182,13 +194,63 @@ fn check_tree(root: &node::Node, source: &Path, host: &Host) -> (Option<Desired>
             return (None, reporter.finish());
         }
     };
-    if raw.apps.is_empty() {
+    if root
+        .get("apps")
+        .and_then(|(_, apps)| apps.entries())
+        .is_some_and(<[_]>::is_empty)
+    {
         reporter
-            .warning(&[diagnostic::PathSeg::Key("apps".into())], "no apps are declared")
+            .warning(
+                &[diagnostic::PathSeg::Key("apps".into())],
+                "no apps are declared",
+            )
             .help("add an app under `apps:`");
     }
-    let desired = validate::resolve(&raw, source, host, &mut reporter);
+    let desired = validate::resolve(&raw, source, host, &broken, &mut reporter);
     (desired, reporter.finish())
+}
+
+/// The document as JSON without its `x-` blocks and without the parts that
+/// have structural problems, plus the list of fields removed (so validation
+/// neither reports them as missing nor judges other fields against defaults
+/// that stand in for them). `None` when a problem is not confined to one field
+/// of one app (or of `defaults`), and nothing more can be checked.
+fn without_broken_parts(
+    root: &node::Node,
+    problems: &[structure::ProblemPlace],
+) -> Option<(serde_json::Value, validate::BrokenFields)> {
+    use diagnostic::PathSeg::Key;
+    let mut json = root.to_json();
+    let top = json.as_object_mut()?;
+    top.retain(|key, _| !key.starts_with("x-"));
+    let mut broken = validate::BrokenFields::default();
+    for problem in problems {
+        match problem.path.as_slice() {
+            [Key(key)] if key != "apps" && key != "defaults" => {
+                top.remove(key);
+            }
+            [Key(apps), Key(app)] if apps == "apps" => {
+                top.get_mut("apps")?.as_object_mut()?.remove(app);
+            }
+            [Key(apps), Key(app), Key(field), ..] if apps == "apps" => {
+                let fields = top.get_mut("apps")?.get_mut(app)?.as_object_mut()?;
+                fields.remove(field);
+                broken.insert(app.clone(), field.clone());
+                // `comand` (did you mean `command`?) also stands for the missing `command`.
+                if let [_, _, _] = problem.path.as_slice() {
+                    broken.insert(app.clone(), problem.meant.clone().unwrap_or_default());
+                }
+            }
+            [Key(defaults), Key(field), ..] if defaults == "defaults" => {
+                top.get_mut("defaults")?.as_object_mut()?.remove(field);
+                broken.insert("defaults".to_string(), field.clone());
+            }
+            _ => return None,
+        }
+    }
+    // Without `apps` (e.g. it was misspelt) there is nothing left to check.
+    top.get("apps")?;
+    Some((json, broken))
 }
 
 /// Deserialize a structurally valid tree into the raw types, skipping the
@@ -204,4 +266,133 @@ pub fn raw_from_tree(root: &node::Node) -> Result<raw::EcosystemFile, serde_json
 /// Whether any diagnostic is an error.
 pub fn has_errors(diagnostics: &[Diagnostic]) -> bool {
     diagnostics.iter().any(|d| d.severity == Severity::Error)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::spec::{ListenAddress, Readiness, RestartPolicy, defaults};
+
+    fn host() -> Host {
+        Host {
+            cpus: 3,
+            uid: 1000,
+            path: Some("/usr/bin:/bin".into()),
+        }
+    }
+
+    fn resolve(folder: &Path, text: &str) -> Desired {
+        let checked = check_text(text, &folder.join("ecosystem.yaml"), &host());
+        let rendered = diagnostic::render("ecosystem.yaml", text, &checked.diagnostics);
+        checked
+            .desired
+            .unwrap_or_else(|| panic!("invalid:\n{rendered}"))
+    }
+
+    #[test]
+    fn defaults_fill_in_what_the_file_leaves_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let desired = resolve(dir.path(), "apps:\n  web:\n    command: sleep 1\n");
+        let web = &desired.apps[0];
+        assert_eq!(web.instances, defaults::INSTANCES);
+        assert_eq!(web.ready, Readiness::Delay(defaults::READY_DELAY));
+        assert_eq!(web.ready_timeout, defaults::READY_TIMEOUT);
+        assert_eq!(web.restart, RestartPolicy::Always);
+        assert_eq!(web.backoff.initial, defaults::BACKOFF_INITIAL);
+        assert_eq!(web.backoff.max, defaults::BACKOFF_MAX);
+        assert_eq!(web.backoff.factor, defaults::BACKOFF_FACTOR);
+        assert_eq!(web.backoff.reset_after, defaults::BACKOFF_RESET_AFTER);
+        assert_eq!(web.max_restarts, None);
+        assert_eq!(web.stop_signal, nix::sys::signal::Signal::SIGTERM);
+        assert_eq!(web.kill_timeout, defaults::KILL_TIMEOUT);
+        assert_eq!(web.reload.max_surge, 1);
+        assert_eq!(web.reload.max_unavailable, 0);
+        assert_eq!(web.process.cwd, dir.path());
+        assert!(web.process.listen.is_empty());
+        assert_eq!(web.process.identity, None);
+        let argv: Vec<String> = web.process.argv.iter().map(|a| a.expand(0)).collect();
+        assert_eq!(argv, ["sleep", "1"]);
+    }
+
+    #[test]
+    fn apps_override_defaults_key_by_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = "defaults:\n  kill_timeout: 2s\n  backoff: {initial: 1s, factor: 3}\n  env: {A: from-defaults, B: b}\n\
+                    apps:\n  web:\n    command: sleep 1\n    backoff: {max: 9s}\n    env: {A: own}\n  api:\n    command: sleep 1\n    kill_timeout: 1s\n";
+        let desired = resolve(dir.path(), text);
+        let web = desired.app("web").unwrap();
+        assert_eq!(web.kill_timeout, Duration::from_secs(2));
+        assert_eq!(web.backoff.initial, Duration::from_secs(1));
+        assert_eq!(web.backoff.max, Duration::from_secs(9));
+        assert_eq!(web.backoff.factor, 3.0);
+        let env: Vec<(String, String)> = web
+            .process
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.expand(0)))
+            .collect();
+        assert_eq!(env, [("A".into(), "own".into()), ("B".into(), "b".into())]);
+        assert_eq!(
+            desired.app("api").unwrap().kill_timeout,
+            Duration::from_secs(1)
+        );
+    }
+
+    #[test]
+    fn env_wins_over_env_file_and_paths_are_absolute() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub/.env"), "A=file\nB=file\n").unwrap();
+        let text = "apps:\n  web:\n    command: sleep 1\n    cwd: sub\n    env_file: sub/.env\n    env: {B: env, C: \"{instance+5}\"}\n";
+        let web = &resolve(dir.path(), text).apps[0];
+        assert_eq!(web.process.cwd, dir.path().join("sub"));
+        let env: Vec<(String, String)> = web
+            .process
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.expand(2)))
+            .collect();
+        let expected =
+            [("A", "file"), ("B", "env"), ("C", "7")].map(|(k, v)| (k.to_string(), v.to_string()));
+        assert_eq!(env, expected);
+    }
+
+    #[test]
+    fn max_resolves_to_the_cpu_count_and_shell_wraps_the_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = "apps:\n  web:\n    command: exec sleep 1\n    shell: true\n    instances: max\n    listen: [\":8000\", {name: admin, address: \"unix:s.sock\"}]\n";
+        let web = &resolve(dir.path(), text).apps[0];
+        assert_eq!(web.instances, 3);
+        assert!(web.instances_from_max);
+        let argv: Vec<String> = web.process.argv.iter().map(|a| a.expand(0)).collect();
+        assert_eq!(argv, ["/bin/sh", "-c", "exec sleep 1"]);
+        assert_eq!(web.process.listen[0].name, "web");
+        assert_eq!(
+            web.process.listen[0].address,
+            ListenAddress::Tcp("0.0.0.0:8000".parse().unwrap())
+        );
+        assert_eq!(web.process.listen[1].name, "admin");
+        assert_eq!(
+            web.process.listen[1].address,
+            ListenAddress::Unix(dir.path().join("s.sock"))
+        );
+    }
+
+    #[test]
+    fn only_process_fields_change_the_process_definition() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = resolve(dir.path(), "apps:\n  web:\n    command: sleep 1\n");
+        let tuned = resolve(
+            dir.path(),
+            "apps:\n  web:\n    command: sleep 1\n    kill_timeout: 1s\n    restart: never\n    instances: 4\n",
+        );
+        assert_eq!(base.apps[0].process, tuned.apps[0].process);
+        let changed = resolve(
+            dir.path(),
+            "apps:\n  web:\n    command: sleep 1\n    env: {A: x}\n",
+        );
+        assert_ne!(base.apps[0].process, changed.apps[0].process);
+    }
 }

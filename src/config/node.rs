@@ -45,10 +45,11 @@ fn budget() -> Budget {
     budget.max_events = 500_000;
     budget.max_aliases = 10_000;
     budget.max_anchors = 10_000;
-    budget.max_depth = 48;
+    budget.max_depth = 24;
+    budget.flow_nesting_limit = 16;
     budget.max_nodes = 200_000;
     budget.max_total_scalar_bytes = MAX_FILE_BYTES;
-    budget.max_recorded_anchor_events = 100_000;
+    budget.max_recorded_anchor_events = 20_000;
     budget.max_recorded_anchor_bytes = MAX_FILE_BYTES;
     budget.max_merge_keys = 10_000;
     budget.max_documents = 1;
@@ -59,6 +60,7 @@ fn budget() -> Budget {
 #[derive(Debug, Clone, PartialEq)]
 pub struct SyntaxError {
     pub message: String,
+    pub help: &'static str,
     pub location: Option<Location>,
 }
 
@@ -71,7 +73,7 @@ pub fn parse(text: &str) -> Result<Node, SyntaxError> {
         strict_booleans: true,
         with_snippet: false,
     };
-    options.alias_limits.max_total_replayed_events = 200_000;
+    options.alias_limits.max_total_replayed_events = 100_000;
     match serde_saphyr::from_str_with_options::<Option<Spanned<RawNode>>>(text, options) {
         Ok(Some(spanned)) => Ok(Node::from_spanned(spanned)),
         Ok(None) => Ok(Node {
@@ -80,14 +82,49 @@ pub fn parse(text: &str) -> Result<Node, SyntaxError> {
         }),
         Err(error) => {
             use serde_saphyr::MessageFormatter;
-            let message = serde_saphyr::DefaultMessageFormatter
-                .format_message(&error)
-                .escape_debug()
-                .to_string();
+            let (message, help) =
+                user_message(&serde_saphyr::DefaultMessageFormatter.format_message(&error));
             let location = error.location().and_then(|l| Location::from_saphyr(&l));
-            Err(SyntaxError { message, location })
+            Err(SyntaxError {
+                message,
+                help,
+                location,
+            })
         }
     }
+}
+
+/// The parser's message, worded for the user: no control characters, and no
+/// advice meant for programmers using the library.
+fn user_message(message: &str) -> (String, &'static str) {
+    const SYNTAX_HELP: &str = "this is a YAML syntax error; nothing after it was checked";
+    let clean: String = message
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if let Some(rest) = clean.strip_prefix("duplicate mapping key: ") {
+        let key = rest
+            .split(", set DuplicateKeyPolicy")
+            .next()
+            .unwrap_or(rest);
+        return (
+            format!("duplicate key `{key}`: each key may appear only once in a mapping"),
+            "remove or rename one of them; nothing after it was checked",
+        );
+    }
+    if let Some(detail) = clean.strip_prefix("budget breached: ") {
+        return (
+            format!("the document exceeds the parsing limits ({detail})"),
+            "anchors, aliases or nesting expand to far more than an ecosystem file needs",
+        );
+    }
+    if clean.starts_with("non-finite float") {
+        return (
+            "`.nan` and `.inf` are not usable numbers here".to_string(),
+            "write a finite number",
+        );
+    }
+    (clean, SYNTAX_HELP)
 }
 
 impl Node {
@@ -101,7 +138,9 @@ impl Node {
             RawNode::Int(i) => NodeKind::Int(i),
             RawNode::Float(f) => NodeKind::Float(f),
             RawNode::Str(s) => NodeKind::Str(s),
-            RawNode::Seq(items) => NodeKind::Seq(items.into_iter().map(Node::from_spanned).collect()),
+            RawNode::Seq(items) => {
+                NodeKind::Seq(items.into_iter().map(Node::from_spanned).collect())
+            }
             RawNode::Map(entries) => NodeKind::Map(
                 entries
                     .into_iter()
@@ -145,9 +184,9 @@ impl Node {
         for (i, seg) in path.iter().enumerate() {
             let last = i + 1 == path.len();
             let next = match (seg, &node.kind) {
-                (PathSeg::Key(name), NodeKind::Map(_)) => node
-                    .get(name)
-                    .map(|(k, v)| if last && key { k } else { v }),
+                (PathSeg::Key(name), NodeKind::Map(_)) => {
+                    node.get(name).map(|(k, v)| if last && key { k } else { v })
+                }
                 (PathSeg::Index(index), NodeKind::Seq(items)) => items.get(*index),
                 _ => None,
             };

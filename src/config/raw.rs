@@ -133,8 +133,10 @@ pub enum MaxKeyword {
 #[serde(untagged)]
 #[schemars(extend("x-expected" = "an address, a {name, address} mapping, or a list of them"))]
 pub enum Listen {
-    One(ListenEntry),
+    // `Many` comes first: serde would also read a two-element list as a
+    // `NamedListen` (derived structs accept sequences), so the list must win.
     Many(Vec<ListenEntry>),
+    One(ListenEntry),
 }
 
 /// One listening socket: `host:port`, `[v6]:port`, `:port`, `unix:/path`, or a named one.

@@ -23,13 +23,33 @@ struct Problem {
     at_key: bool,
     message: String,
     help: Option<String>,
+    /// For a misspelt key: the known key it probably meant.
+    meant: Option<String>,
+}
+
+/// Where a structural problem is, and which key a misspelt one probably meant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProblemPlace {
+    pub path: Vec<PathSeg>,
+    pub meant: Option<String>,
 }
 
 /// Check `root` against `schema`, reporting every structural problem.
-pub fn check(root: &Node, schema: &Value, reporter: &mut Reporter) {
-    let walker = Walker { root_schema: schema };
+/// Returns where every problem is, so the caller can set the broken parts
+/// aside and still check the rest.
+pub fn check(root: &Node, schema: &Value, reporter: &mut Reporter) -> Vec<ProblemPlace> {
+    let walker = Walker {
+        root_schema: schema,
+    };
     let mut problems = Vec::new();
     walker.walk(root, schema, &mut Vec::new(), &mut problems);
+    let places = problems
+        .iter()
+        .map(|p| ProblemPlace {
+            path: p.path.clone(),
+            meant: p.meant.clone(),
+        })
+        .collect();
     for problem in problems {
         let diagnostic = if problem.at_key {
             reporter.key_error(&problem.path, problem.message)
@@ -40,6 +60,7 @@ pub fn check(root: &Node, schema: &Value, reporter: &mut Reporter) {
             diagnostic.help(help);
         }
     }
+    places
 }
 
 struct Walker<'s> {
@@ -74,7 +95,13 @@ impl<'s> Walker<'s> {
         Some(list.iter().map(|b| self.resolve(b)).collect())
     }
 
-    fn walk(&self, node: &Node, schema: &'s Value, path: &mut Vec<PathSeg>, out: &mut Vec<Problem>) {
+    fn walk(
+        &self,
+        node: &Node,
+        schema: &'s Value,
+        path: &mut Vec<PathSeg>,
+        out: &mut Vec<Problem>,
+    ) {
         let schema = self.resolve(schema);
         if schema.as_bool() == Some(true) {
             return;
@@ -171,7 +198,9 @@ impl<'s> Walker<'s> {
                                 );
                                 problem.path.push(PathSeg::Key(first.to_string()));
                                 problem.at_key = true;
-                                if let Some(s) = did_you_mean(first, known.iter().map(String::as_str)) {
+                                if let Some(s) =
+                                    did_you_mean(first, known.iter().map(String::as_str))
+                                {
                                     problem.help = Some(format!("did you mean `{s}`?"));
                                 }
                             }
@@ -183,7 +212,13 @@ impl<'s> Walker<'s> {
         }
     }
 
-    fn walk_map(&self, entries: &[(Node, Node)], schema: &'s Value, path: &mut Vec<PathSeg>, out: &mut Vec<Problem>) {
+    fn walk_map(
+        &self,
+        entries: &[(Node, Node)],
+        schema: &'s Value,
+        path: &mut Vec<PathSeg>,
+        out: &mut Vec<Problem>,
+    ) {
         let properties = schema.get("properties").and_then(Value::as_object);
         let additional = schema.get("additionalProperties");
         let prefixes: Vec<&str> = schema
@@ -196,6 +231,7 @@ impl<'s> Walker<'s> {
                     .collect()
             })
             .unwrap_or_default();
+        let mut suggested: Vec<&str> = Vec::new();
         for (key, value) in entries {
             let Some(name) = key.as_str() else {
                 out.push(Problem {
@@ -207,6 +243,7 @@ impl<'s> Walker<'s> {
                         key.describe()
                     ),
                     help: Some("quote the key".to_string()),
+                    meant: None,
                 });
                 continue;
             };
@@ -222,8 +259,12 @@ impl<'s> Walker<'s> {
                         let known: Vec<&str> = properties
                             .map(|p| p.keys().map(String::as_str).collect())
                             .unwrap_or_default();
-                        let help = match did_you_mean(name, known.iter().copied()) {
-                            Some(suggestion) => format!("did you mean `{suggestion}`?"),
+                        let meant = did_you_mean(name, known.iter().copied());
+                        let help = match meant {
+                            Some(suggestion) => {
+                                suggested.push(suggestion);
+                                format!("did you mean `{suggestion}`?")
+                            }
                             None => format!("known fields here: {}", known.join(", ")),
                         };
                         out.push(Problem {
@@ -231,9 +272,12 @@ impl<'s> Walker<'s> {
                             at_key: true,
                             message: format!("unknown field `{name}` in {parent}"),
                             help: Some(help),
+                            meant: meant.map(str::to_string),
                         });
                     }
-                    Some(additional) if additional.is_object() => self.walk(value, additional, path, out),
+                    Some(additional) if additional.is_object() => {
+                        self.walk(value, additional, path, out)
+                    }
                     _ => {}
                 }
             }
@@ -241,12 +285,15 @@ impl<'s> Walker<'s> {
         }
         let required = schema.get("required").and_then(Value::as_array);
         for name in required.into_iter().flatten().filter_map(Value::as_str) {
-            if !entries.iter().any(|(k, _)| k.as_str() == Some(name)) {
+            // A misspelt key already says what is missing (`app` → did you mean `apps`?).
+            if !entries.iter().any(|(k, _)| k.as_str() == Some(name)) && !suggested.contains(&name)
+            {
                 out.push(Problem {
                     path: path.clone(),
                     at_key: false,
                     message: format!("missing field `{name}` in {}", path_text(path)),
                     help: None,
+                    meant: None,
                 });
             }
         }
@@ -325,28 +372,33 @@ impl<'s> Walker<'s> {
         if let Some(text) = schema.get("x-expected").and_then(Value::as_str) {
             return text.to_string();
         }
-        // `Option<T>` is `anyOf: [T, null]`: describe T.
         if let Some(branches) = self.branches(schema) {
-            if let [only] = branches.iter().filter(|b| !is_null_schema(b)).collect::<Vec<_>>().as_slice() {
+            let real: Vec<&Value> = branches
+                .into_iter()
+                .filter(|b| !is_null_schema(b))
+                .collect();
+            // `Option<T>` is `anyOf: [T, null]`: describe T.
+            if let [only] = real.as_slice() {
                 return self.expected(only);
             }
+            // Only words allowed (`restart`): list them.
+            if real.iter().all(|b| !self.allowed_words(b).is_empty()) {
+                return one_of(&self.allowed_words(schema));
+            }
+            let parts: Vec<String> = real.iter().map(|b| self.expected(b)).collect();
+            return parts.join(" or ");
         }
         let words = self.allowed_words(schema);
-        if !words.is_empty() && self.branches(schema).is_none_or(|b| b.iter().all(|b| !self.allowed_words(b).is_empty() || is_null_schema(b))) {
-            let quoted: Vec<String> = words.iter().map(|w| format!("`{w}`")).collect();
-            return format!("one of {}", quoted.join(", "));
-        }
-        if let Some(branches) = self.branches(schema) {
-            let parts: Vec<String> = branches
-                .iter()
-                .filter(|b| !is_null_schema(b))
-                .map(|b| self.expected(b))
-                .collect();
-            return parts.join(" or ");
+        if !words.is_empty() {
+            return one_of(&words);
         }
         let types: Vec<&str> = match schema.get("type") {
             Some(Value::String(t)) => vec![t.as_str()],
-            Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).filter(|t| *t != "null").collect(),
+            Some(Value::Array(ts)) => ts
+                .iter()
+                .filter_map(Value::as_str)
+                .filter(|t| *t != "null")
+                .collect(),
             _ => vec![],
         };
         let phrases: Vec<&str> = types
@@ -379,8 +431,14 @@ impl<'s> Walker<'s> {
                 node.describe()
             ),
             help: None,
+            meant: None,
         }
     }
+}
+
+fn one_of(words: &[String]) -> String {
+    let quoted: Vec<String> = words.iter().map(|w| format!("`{w}`")).collect();
+    format!("one of {}", quoted.join(", "))
 }
 
 fn is_null_schema(schema: &Value) -> bool {
@@ -425,13 +483,17 @@ fn integer_range_problem(value: i128, schema: &Value, path: &[PathSeg]) -> Optio
         let message = if value < 0 && low == 0 {
             format!("{}: must not be negative, found {value}", path_text(path))
         } else {
-            format!("{}: {value} is out of range ({low} to {high})", path_text(path))
+            format!(
+                "{}: {value} is out of range ({low} to {high})",
+                path_text(path)
+            )
         };
         return Some(Problem {
             path: path.to_vec(),
             at_key: false,
             message,
             help: None,
+            meant: None,
         });
     }
     None

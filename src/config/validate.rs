@@ -19,8 +19,8 @@ use super::diagnostic::{PathSeg, Reporter, did_you_mean};
 use super::envfile;
 use super::raw::{self, AppFields, EcosystemFile};
 use crate::spec::{
-    AppSpec, BackoffPolicy, Desired, Identity, ListenAddress, ListenSpec, MaxRestarts, ProcessDefinition,
-    Readiness, ReloadLimits, RestartPolicy, Template, defaults,
+    AppSpec, BackoffPolicy, Desired, Identity, ListenAddress, ListenSpec, MaxRestarts,
+    ProcessDefinition, Readiness, ReloadLimits, RestartPolicy, Template, defaults,
 };
 
 /// The facts about the machine that validation depends on.
@@ -55,6 +55,23 @@ impl Host {
     }
 }
 
+/// Fields the structure check found broken and set aside, as `(scope, field)`
+/// where scope is an app's name or `defaults`. Validation of the rest must not
+/// report them as missing, nor judge other fields against the defaults that
+/// stand in for them.
+#[derive(Debug, Default)]
+pub struct BrokenFields(HashSet<(String, String)>);
+
+impl BrokenFields {
+    pub fn insert(&mut self, scope: String, field: String) {
+        self.0.insert((scope, field));
+    }
+
+    fn contains(&self, scope: &str, field: &str) -> bool {
+        self.0.contains(&(scope.to_string(), field.to_string()))
+    }
+}
+
 /// Names the supervisor sets in every worker's environment.
 const RESERVED_ALWAYS: &[&str] = &[
     "SUPERVISE_APP",
@@ -71,7 +88,13 @@ const MAX_UNIX_PATH: usize = 107;
 
 /// Validate `file` (whose tree is in `reporter`) and resolve it.
 /// Returns `None` when an error was reported.
-pub fn resolve(file: &EcosystemFile, source: &Path, host: &Host, reporter: &mut Reporter) -> Option<Desired> {
+pub fn resolve(
+    file: &EcosystemFile,
+    source: &Path,
+    host: &Host,
+    broken: &BrokenFields,
+    reporter: &mut Reporter,
+) -> Option<Desired> {
     let folder = source.parent().unwrap_or(Path::new("/")).to_path_buf();
     let empty = AppFields::default();
     let defaults = file.defaults.as_ref().unwrap_or(&empty);
@@ -84,6 +107,7 @@ pub fn resolve(file: &EcosystemFile, source: &Path, host: &Host, reporter: &mut 
             defaults,
             folder: &folder,
             host,
+            broken,
         };
         let (spec, listen) = app.resolve(reporter);
         listeners.push((name.as_str(), listen));
@@ -106,6 +130,7 @@ struct AppContext<'a> {
     defaults: &'a AppFields,
     folder: &'a Path,
     host: &'a Host,
+    broken: &'a BrokenFields,
 }
 
 fn key(k: &str) -> PathSeg {
@@ -113,6 +138,11 @@ fn key(k: &str) -> PathSeg {
 }
 
 impl<'a> AppContext<'a> {
+    /// Was this field (of the app or of `defaults`) set aside as broken?
+    fn broken(&self, field: &str) -> bool {
+        self.broken.contains(self.name, field) || self.broken.contains("defaults", field)
+    }
+
     fn app_path(&self, field: &[&str]) -> Vec<PathSeg> {
         let mut path = vec![key("apps"), key(self.name)];
         path.extend(field.iter().map(|f| key(f)));
@@ -120,7 +150,11 @@ impl<'a> AppContext<'a> {
     }
 
     /// The value of a top-level field and the path where it is written.
-    fn pick<T: Clone>(&self, field: &str, get: impl Fn(&AppFields) -> Option<&T>) -> Option<(T, Vec<PathSeg>)> {
+    fn pick<T: Clone>(
+        &self,
+        field: &str,
+        get: impl Fn(&AppFields) -> Option<&T>,
+    ) -> Option<(T, Vec<PathSeg>)> {
         if let Some(value) = get(self.fields) {
             Some((value.clone(), self.app_path(&[field])))
         } else {
@@ -158,7 +192,10 @@ impl<'a> AppContext<'a> {
         self.check_name(reporter);
 
         let cwd = self.resolve_cwd(reporter);
-        let shell = self.pick("shell", |f| f.shell.as_ref()).map(|(v, _)| v).unwrap_or(false);
+        let shell = self
+            .pick("shell", |f| f.shell.as_ref())
+            .map(|(v, _)| v)
+            .unwrap_or(false);
         let instances = self.resolve_instances(reporter);
         let identity = self.resolve_identity(reporter);
         let env = self.resolve_env(!listen.is_empty(), identity.is_some(), reporter);
@@ -201,11 +238,9 @@ impl<'a> AppContext<'a> {
     }
 
     fn check_name(&self, reporter: &mut Reporter) {
-        let valid = self
-            .name
-            .bytes()
-            .enumerate()
-            .all(|(i, b)| b.is_ascii_lowercase() || b.is_ascii_digit() || (i > 0 && (b == b'_' || b == b'-')));
+        let valid = self.name.bytes().enumerate().all(|(i, b)| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || (i > 0 && (b == b'_' || b == b'-'))
+        });
         if self.name.is_empty() || !valid {
             reporter
                 .key_error(&self.app_path(&[]), format!("invalid app name `{}`", self.name))
@@ -221,9 +256,13 @@ impl<'a> AppContext<'a> {
         let Some((cwd, path)) = self.pick("cwd", |f| f.cwd.as_ref()) else {
             return Some(self.folder.to_path_buf());
         };
-        let absolute = self.folder.join(&cwd);
+        let absolute = join_clean(self.folder, &cwd);
         if !absolute.is_dir() {
-            let what = if absolute.exists() { "is not a directory" } else { "does not exist" };
+            let what = if absolute.exists() {
+                "is not a directory"
+            } else {
+                "does not exist"
+            };
             reporter
                 .error(&path, format!("cwd `{}` {what}", absolute.display()))
                 .help("relative paths are taken from the ecosystem file's folder");
@@ -242,7 +281,13 @@ impl<'a> AppContext<'a> {
         };
         if count > defaults::MAX_INSTANCES {
             reporter
-                .error(&path, format!("{count} instances is more than the limit of {}", defaults::MAX_INSTANCES))
+                .error(
+                    &path,
+                    format!(
+                        "{count} instances is more than the limit of {}",
+                        defaults::MAX_INSTANCES
+                    ),
+                )
                 .help("split the work over several apps if you really need this many processes");
             return None;
         }
@@ -278,7 +323,10 @@ impl<'a> AppContext<'a> {
                             .error(&name_path, format!("invalid socket name `{}`", named.name))
                             .help("names go into LISTEN_FDNAMES: 1 to 255 printable ASCII characters, no `:`");
                     } else if !names.insert(named.name.clone()) {
-                        reporter.error(&name_path, format!("socket name `{}` is used twice in this app", named.name));
+                        reporter.error(
+                            &name_path,
+                            format!("socket name `{}` is used twice in this app", named.name),
+                        );
                     }
                     let mut address_path = entry_path;
                     address_path.push(key("address"));
@@ -300,6 +348,7 @@ impl<'a> AppContext<'a> {
         let group = self.pick("group", |f| f.group.as_ref());
         let (user_name, user_path) = match (user, group) {
             (Some(user), _) => user,
+            (None, Some(_)) if self.broken("user") => return None,
             (None, Some((_, group_path))) => {
                 reporter
                     .error(&group_path, "`group` needs `user`")
@@ -311,11 +360,17 @@ impl<'a> AppContext<'a> {
         let account = match nix::unistd::User::from_name(&user_name) {
             Ok(Some(account)) => account,
             Ok(None) => {
-                reporter.error(&user_path, format!("no user named `{user_name}` on this machine"));
+                reporter.error(
+                    &user_path,
+                    format!("no user named `{user_name}` on this machine"),
+                );
                 return None;
             }
             Err(errno) => {
-                reporter.error(&user_path, format!("cannot look up user `{user_name}`: {errno}"));
+                reporter.error(
+                    &user_path,
+                    format!("cannot look up user `{user_name}`: {errno}"),
+                );
                 return None;
             }
         };
@@ -324,11 +379,17 @@ impl<'a> AppContext<'a> {
             match nix::unistd::Group::from_name(&group_name) {
                 Ok(Some(group)) => gid = group.gid.as_raw(),
                 Ok(None) => {
-                    reporter.error(&group_path, format!("no group named `{group_name}` on this machine"));
+                    reporter.error(
+                        &group_path,
+                        format!("no group named `{group_name}` on this machine"),
+                    );
                     return None;
                 }
                 Err(errno) => {
-                    reporter.error(&group_path, format!("cannot look up group `{group_name}`: {errno}"));
+                    reporter.error(
+                        &group_path,
+                        format!("cannot look up group `{group_name}`: {errno}"),
+                    );
                     return None;
                 }
             }
@@ -346,7 +407,12 @@ impl<'a> AppContext<'a> {
         })
     }
 
-    fn resolve_env(&self, has_listen: bool, has_user: bool, reporter: &mut Reporter) -> Vec<(String, Template)> {
+    fn resolve_env(
+        &self,
+        has_listen: bool,
+        has_user: bool,
+        reporter: &mut Reporter,
+    ) -> Vec<(String, Template)> {
         let reserved = |name: &str| {
             RESERVED_ALWAYS.contains(&name)
                 || (has_listen && name == "PORT")
@@ -355,14 +421,17 @@ impl<'a> AppContext<'a> {
         let mut merged: IndexMap<String, Template> = IndexMap::new();
 
         if let Some((file, path)) = self.pick("env_file", |f| f.env_file.as_ref()) {
-            let absolute = self.folder.join(&file);
+            let absolute = join_clean(self.folder, &file);
             match envfile::read(&absolute) {
                 Ok(entries) => {
                     for (name, value) in entries {
                         if reserved(&name) {
                             reporter.warning(
                                 &path,
-                                format!("`{name}` in {} is set by supervise and will be overridden", absolute.display()),
+                                format!(
+                                    "`{name}` in {} is set by supervise and will be overridden",
+                                    absolute.display()
+                                ),
                             );
                         }
                         merged.insert(name, Template::literal(value));
@@ -378,7 +447,10 @@ impl<'a> AppContext<'a> {
 
         // `defaults.env` first, then the app's own `env` over it.
         for (origin, env) in [
-            (vec![key("defaults"), key("env")], self.defaults.env.as_ref()),
+            (
+                vec![key("defaults"), key("env")],
+                self.defaults.env.as_ref(),
+            ),
             (self.app_path(&["env"]), self.fields.env.as_ref()),
         ] {
             for (name, value) in env.into_iter().flatten() {
@@ -392,7 +464,10 @@ impl<'a> AppContext<'a> {
                 }
                 if reserved(name) {
                     reporter
-                        .key_error(&path, format!("`{name}` is set by supervise and cannot be set in `env`"))
+                        .key_error(
+                            &path,
+                            format!("`{name}` is set by supervise and cannot be set in `env`"),
+                        )
                         .help(reserved_help(name));
                     continue;
                 }
@@ -427,9 +502,15 @@ impl<'a> AppContext<'a> {
         env: &[(String, Template)],
         reporter: &mut Reporter,
     ) -> Option<Vec<Template>> {
+        if self.broken("command") {
+            return None;
+        }
         let Some((command, path)) = self.pick("command", |f| f.command.as_ref()) else {
             reporter
-                .key_error(&self.app_path(&[]), format!("app `{}` has no `command`", self.name))
+                .key_error(
+                    &self.app_path(&[]),
+                    format!("app `{}` has no `command`", self.name),
+                )
                 .help("add `command: …` with the program to run");
             return None;
         };
@@ -481,7 +562,7 @@ impl<'a> AppContext<'a> {
                 }
             }
         }
-        if !shell && !argv[0].uses_instance() {
+        if !shell && !self.broken("shell") && !argv[0].uses_instance() {
             let env_path = env
                 .iter()
                 .rev()
@@ -489,9 +570,12 @@ impl<'a> AppContext<'a> {
                 .map(|(_, value)| OsString::from(value.expand(0)));
             let search = env_path.or_else(|| self.host.path.clone());
             if let Some(problem) = find_program(&words[0], cwd, search.as_deref()) {
-                reporter
-                    .warning(&path, problem)
-                    .help("PATH may differ when supervise runs; use an absolute path to be sure");
+                let help = if words[0].contains('/') {
+                    "a relative program path is taken from the app's cwd"
+                } else {
+                    "PATH may differ when supervise runs; use an absolute path to be sure"
+                };
+                reporter.warning(&path, problem).help(help);
             }
         }
         Some(argv)
@@ -534,7 +618,12 @@ impl<'a> AppContext<'a> {
                 } else {
                     "write it as http://IP:PORT/path, e.g. http://127.0.0.1:{instance+8000}/health"
                 };
-                reporter.error(&probe_path, format!("bad {field} probe `{text}`: {message}")).help(help);
+                reporter
+                    .error(
+                        &probe_path,
+                        format!("bad {field} probe `{text}`: {message}"),
+                    )
+                    .help(help);
                 return None;
             }
             if instances.unwrap_or(1) > 1 && !template.uses_instance() {
@@ -543,7 +632,11 @@ impl<'a> AppContext<'a> {
                     .help("otherwise every instance probes the same address and any one answer marks them all ready; use e.g. `{instance+8000}` for the port, or `ready: notify`");
                 return None;
             }
-            if let Some(covered) = targets.iter().flatten().find_map(|t| listen.iter().find(|l| l.address.covers(t))) {
+            if let Some(covered) = targets
+                .iter()
+                .flatten()
+                .find_map(|t| listen.iter().find(|l| l.address.covers(t)))
+            {
                 reporter
                     .error(
                         &probe_path,
@@ -563,13 +656,16 @@ impl<'a> AppContext<'a> {
                 let mut delay_path = path.clone();
                 delay_path.push(key("delay"));
                 let delay = parse_positive_duration(&delay.delay, &delay_path, reporter)?;
-                if delay >= timeout {
+                if delay >= timeout && !self.broken("ready_timeout") {
                     reporter
-                        .error(&delay_path, format!(
-                            "ready after {} can never happen within ready_timeout {}",
-                            humantime::format_duration(delay),
-                            humantime::format_duration(timeout)
-                        ))
+                        .error(
+                            &delay_path,
+                            format!(
+                                "ready after {} can never happen within ready_timeout {}",
+                                humantime::format_duration(delay),
+                                humantime::format_duration(timeout)
+                            ),
+                        )
                         .help("make `delay` shorter than `ready_timeout`");
                     return None;
                 }
@@ -579,19 +675,42 @@ impl<'a> AppContext<'a> {
     }
 
     fn resolve_backoff(&self, reporter: &mut Reporter) -> Option<BackoffPolicy> {
-        let field = |name: &str, get: fn(&raw::Backoff) -> Option<&raw::DurationText>, default: Duration, reporter: &mut Reporter| {
+        let field = |name: &str,
+                     get: fn(&raw::Backoff) -> Option<&raw::DurationText>,
+                     default: Duration,
+                     reporter: &mut Reporter| {
             match self.pick_nested("backoff", name, |f| f.backoff.as_ref(), get) {
-                Some((text, path)) => parse_positive_duration(&text, &path, reporter).map(|d| (d, Some(path))),
+                Some((text, path)) => {
+                    parse_positive_duration(&text, &path, reporter).map(|d| (d, Some(path)))
+                }
                 None => Some((default, None)),
             }
         };
-        let initial = field("initial", |b| b.initial.as_ref(), defaults::BACKOFF_INITIAL, reporter);
+        let initial = field(
+            "initial",
+            |b| b.initial.as_ref(),
+            defaults::BACKOFF_INITIAL,
+            reporter,
+        );
         let max = field("max", |b| b.max.as_ref(), defaults::BACKOFF_MAX, reporter);
-        let reset_after = field("reset_after", |b| b.reset_after.as_ref(), defaults::BACKOFF_RESET_AFTER, reporter);
-        let factor = match self.pick_nested("backoff", "factor", |f| f.backoff.as_ref(), |b| b.factor.as_ref()) {
+        let reset_after = field(
+            "reset_after",
+            |b| b.reset_after.as_ref(),
+            defaults::BACKOFF_RESET_AFTER,
+            reporter,
+        );
+        let factor = match self.pick_nested(
+            "backoff",
+            "factor",
+            |f| f.backoff.as_ref(),
+            |b| b.factor.as_ref(),
+        ) {
             Some((factor, path)) if !factor.is_finite() || factor < 1.0 => {
                 reporter
-                    .error(&path, format!("backoff factor must be a number >= 1, found {factor}"))
+                    .error(
+                        &path,
+                        format!("backoff factor must be a number >= 1, found {factor}"),
+                    )
                     .help("1 keeps the delay constant; 2 doubles it after each restart");
                 None
             }
@@ -599,14 +718,19 @@ impl<'a> AppContext<'a> {
             None => Some(defaults::BACKOFF_FACTOR),
         };
         let ((initial, initial_path), (max, max_path)) = (initial?, max?);
-        if initial > max {
-            let path = initial_path.or(max_path).unwrap_or_else(|| self.app_path(&["backoff"]));
+        if initial > max && !self.broken("backoff") {
+            let path = initial_path
+                .or(max_path)
+                .unwrap_or_else(|| self.app_path(&["backoff"]));
             reporter
-                .error(&path, format!(
-                    "backoff.initial ({}) is longer than backoff.max ({})",
-                    humantime::format_duration(initial),
-                    humantime::format_duration(max)
-                ))
+                .error(
+                    &path,
+                    format!(
+                        "backoff.initial ({}) is longer than backoff.max ({})",
+                        humantime::format_duration(initial),
+                        humantime::format_duration(max)
+                    ),
+                )
                 .help("make `initial` at most `max`");
             return None;
         }
@@ -646,26 +770,45 @@ impl<'a> AppContext<'a> {
             None => {
                 let known: Vec<&str> = Signal::iterator().map(|s| s.as_str()).collect();
                 let upper = name.to_ascii_uppercase();
-                let guess = if upper.starts_with("SIG") { upper } else { format!("SIG{upper}") };
+                let guess = if upper.starts_with("SIG") {
+                    upper
+                } else {
+                    format!("SIG{upper}")
+                };
                 let help = match did_you_mean(&guess, known.iter().copied()) {
                     Some(s) => format!("did you mean `{s}`?"),
-                    None => "use a signal name such as SIGTERM, SIGINT, SIGQUIT or SIGUSR1".to_string(),
+                    None => {
+                        "use a signal name such as SIGTERM, SIGINT, SIGQUIT or SIGUSR1".to_string()
+                    }
                 };
-                reporter.error(&path, format!("unknown signal `{name}`")).help(help);
+                reporter
+                    .error(&path, format!("unknown signal `{name}`"))
+                    .help(help);
                 None
             }
         }
     }
 
     fn resolve_reload(&self, reporter: &mut Reporter) -> Option<ReloadLimits> {
-        let surge = self.pick_nested("reload", "max_surge", |f| f.reload.as_ref(), |r| r.max_surge.as_ref());
-        let unavailable =
-            self.pick_nested("reload", "max_unavailable", |f| f.reload.as_ref(), |r| r.max_unavailable.as_ref());
+        let surge = self.pick_nested(
+            "reload",
+            "max_surge",
+            |f| f.reload.as_ref(),
+            |r| r.max_surge.as_ref(),
+        );
+        let unavailable = self.pick_nested(
+            "reload",
+            "max_unavailable",
+            |f| f.reload.as_ref(),
+            |r| r.max_unavailable.as_ref(),
+        );
         let limits = ReloadLimits {
             max_surge: surge.as_ref().map_or(defaults::MAX_SURGE, |(v, _)| *v),
-            max_unavailable: unavailable.as_ref().map_or(defaults::MAX_UNAVAILABLE, |(v, _)| *v),
+            max_unavailable: unavailable
+                .as_ref()
+                .map_or(defaults::MAX_UNAVAILABLE, |(v, _)| *v),
         };
-        if limits.max_surge == 0 && limits.max_unavailable == 0 {
+        if limits.max_surge == 0 && limits.max_unavailable == 0 && !self.broken("reload") {
             let path = surge
                 .map(|(_, p)| p)
                 .or(unavailable.map(|(_, p)| p))
@@ -687,6 +830,12 @@ impl<'a> AppContext<'a> {
         let (text, path) = self.pick(field, get)?;
         parse_positive_duration(&text, &path, reporter)
     }
+}
+
+/// `folder` joined with a path from the file, without `./` noise (`..` is kept:
+/// resolving it would need the file system, and symlinks make it ambiguous).
+fn join_clean(folder: &Path, path: &str) -> PathBuf {
+    folder.join(path).components().collect()
 }
 
 fn reserved_help(name: &str) -> String {
@@ -711,18 +860,32 @@ fn valid_fd_name(name: &str) -> bool {
     (1..=255).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_graphic() && b != b':')
 }
 
-fn parse_positive_duration(text: &raw::DurationText, path: &[PathSeg], reporter: &mut Reporter) -> Option<Duration> {
+fn parse_positive_duration(
+    text: &raw::DurationText,
+    path: &[PathSeg],
+    reporter: &mut Reporter,
+) -> Option<Duration> {
     match humantime::parse_duration(text.0.trim()) {
         Ok(duration) if duration.is_zero() => {
             reporter
-                .error(path, format!("duration `{}` must be greater than zero", text.0))
+                .error(
+                    path,
+                    format!("duration `{}` must be greater than zero", text.0),
+                )
                 .help("use a positive duration such as 100ms or 5s");
             None
         }
         Ok(duration) => Some(duration),
         Err(error) => {
+            let message = if text.0.trim_start().starts_with('-') {
+                format!("duration `{}` cannot be negative", text.0)
+            } else if matches!(error, humantime::DurationError::UnknownUnit { .. }) {
+                format!("invalid duration `{}`: {error}", text.0)
+            } else {
+                format!("`{}` is not a duration", text.0)
+            };
             reporter
-                .error(path, format!("invalid duration `{}`: {error}", text.0))
+                .error(path, message)
                 .help("write a number with a unit, e.g. 250ms, 5s, 1m30s");
             None
         }
@@ -732,7 +895,11 @@ fn parse_positive_duration(text: &raw::DurationText, path: &[PathSeg], reporter:
 /// `SIGTERM`, `TERM`, `sigterm`: the names users write.
 pub fn parse_signal(name: &str) -> Option<Signal> {
     let upper = name.trim().to_ascii_uppercase();
-    let full = if upper.starts_with("SIG") { upper } else { format!("SIG{upper}") };
+    let full = if upper.starts_with("SIG") {
+        upper
+    } else {
+        format!("SIG{upper}")
+    };
     full.parse().ok()
 }
 
@@ -745,7 +912,7 @@ fn parse_listen_address(text: &str, folder: &Path) -> Result<ListenAddress, (Str
                 "write e.g. unix:/run/app.sock".into(),
             ));
         }
-        let absolute = folder.join(path);
+        let absolute = join_clean(folder, path);
         if absolute.as_os_str().len() > MAX_UNIX_PATH {
             return Err((
                 format!(
@@ -785,9 +952,9 @@ fn parse_host_port(text: &str) -> Result<SocketAddr, String> {
                 .strip_prefix('[')
                 .and_then(|h| h.strip_suffix(']'))
                 .unwrap_or(host);
-            let ip: IpAddr = bare
-                .parse()
-                .map_err(|_| format!("`{host}` is not an IP address (host names are not resolved)"))?;
+            let ip: IpAddr = bare.parse().map_err(|_| {
+                format!("`{host}` is not an IP address (host names are not resolved)")
+            })?;
             if ip.is_ipv6() && !host.starts_with('[') {
                 return Err("write IPv6 addresses in brackets: [::1]:PORT".into());
             }
@@ -819,17 +986,22 @@ pub fn parse_http_url(text: &str) -> Result<(SocketAddr, String), String> {
 }
 
 /// Why `program` could not be run from `cwd` with this `PATH`, if it could not.
-fn find_program(program: &str, cwd: Option<&Path>, path: Option<&std::ffi::OsStr>) -> Option<String> {
+fn find_program(
+    program: &str,
+    cwd: Option<&Path>,
+    path: Option<&std::ffi::OsStr>,
+) -> Option<String> {
     use nix::unistd::{AccessFlags, access};
     let check = |candidate: &Path| -> Result<(), String> {
         if !candidate.is_file() {
             return Err(format!("`{}` does not exist", candidate.display()));
         }
-        access(candidate, AccessFlags::X_OK).map_err(|_| format!("`{}` is not executable", candidate.display()))
+        access(candidate, AccessFlags::X_OK)
+            .map_err(|_| format!("`{}` is not executable", candidate.display()))
     };
     if program.contains('/') {
-        let candidate = match cwd {
-            Some(cwd) => cwd.join(program),
+        let candidate: PathBuf = match cwd {
+            Some(cwd) => cwd.join(program).components().collect(),
             None => PathBuf::from(program),
         };
         return check(&candidate).err();
@@ -846,17 +1018,34 @@ fn find_program(program: &str, cwd: Option<&Path>, path: Option<&std::ffi::OsStr
 }
 
 /// Report addresses that two listeners (of any apps) would both bind.
-fn check_listen_clashes(file: &EcosystemFile, listeners: &[(&str, Vec<ListenSpec>)], reporter: &mut Reporter) {
+fn check_listen_clashes(
+    file: &EcosystemFile,
+    listeners: &[(&str, Vec<ListenSpec>)],
+    reporter: &mut Reporter,
+) {
     let mut seen: Vec<(&str, &ListenSpec)> = Vec::new();
     for (app, listens) in listeners {
         for (index, listen) in listens.iter().enumerate() {
-            if let Some((other_app, other)) = seen.iter().find(|(_, s)| s.address.overlaps(&listen.address)) {
+            if let Some((other_app, other)) = seen
+                .iter()
+                .find(|(_, s)| s.address.overlaps(&listen.address))
+            {
                 let path = listen_entry_path(file, app, index);
-                let what = if other.address == listen.address { "is also" } else { "overlaps" };
-                let message = if other_app == app {
-                    format!("`{}` {what} `{}` in this app's listen", listen.address, other.address)
+                let what = if other.address == listen.address {
+                    "is also"
                 } else {
-                    format!("`{}` {what} `{}` of app `{other_app}`", listen.address, other.address)
+                    "overlaps"
+                };
+                let message = if other_app == app {
+                    format!(
+                        "`{}` {what} `{}` in this app's listen",
+                        listen.address, other.address
+                    )
+                } else {
+                    format!(
+                        "`{}` {what} `{}` of app `{other_app}`",
+                        listen.address, other.address
+                    )
                 };
                 reporter
                     .error(&path, message)
@@ -889,10 +1078,22 @@ mod tests {
 
     #[test]
     fn host_port_forms() {
-        assert_eq!(parse_host_port("0.0.0.0:5000").unwrap(), "0.0.0.0:5000".parse().unwrap());
-        assert_eq!(parse_host_port(":80").unwrap(), "0.0.0.0:80".parse().unwrap());
-        assert_eq!(parse_host_port("[::1]:80").unwrap(), "[::1]:80".parse().unwrap());
-        assert_eq!(parse_host_port("localhost:1").unwrap(), "127.0.0.1:1".parse().unwrap());
+        assert_eq!(
+            parse_host_port("0.0.0.0:5000").unwrap(),
+            "0.0.0.0:5000".parse().unwrap()
+        );
+        assert_eq!(
+            parse_host_port(":80").unwrap(),
+            "0.0.0.0:80".parse().unwrap()
+        );
+        assert_eq!(
+            parse_host_port("[::1]:80").unwrap(),
+            "[::1]:80".parse().unwrap()
+        );
+        assert_eq!(
+            parse_host_port("localhost:1").unwrap(),
+            "127.0.0.1:1".parse().unwrap()
+        );
         assert!(parse_host_port("example.com:80").is_err());
         assert!(parse_host_port("1.2.3.4").is_err());
         assert!(parse_host_port("1.2.3.4:70000").is_err());
@@ -904,7 +1105,10 @@ mod tests {
         let (address, path) = parse_http_url("http://127.0.0.1:8080/health?x=1").unwrap();
         assert_eq!(address, "127.0.0.1:8080".parse().unwrap());
         assert_eq!(path, "/health?x=1");
-        assert_eq!(parse_http_url("http://[::1]").unwrap().0, "[::1]:80".parse().unwrap());
+        assert_eq!(
+            parse_http_url("http://[::1]").unwrap().0,
+            "[::1]:80".parse().unwrap()
+        );
         assert!(parse_http_url("https://127.0.0.1/").is_err());
         assert!(parse_http_url("http://127.0.0.1:0/").is_err());
     }

@@ -1,0 +1,191 @@
+//! `supervise check` against the fixture corpora, through the real binary.
+//!
+//! Runs with a fixed PATH and CPU count so the snapshots are the same on every
+//! machine; absolute paths of the fixture folder are replaced by `[FIXTURES]`.
+
+use std::path::Path;
+
+use assert_cmd::Command;
+
+fn check(dir: &Path, file: &str, extra: &[&str]) -> (i32, String) {
+    let output = Command::cargo_bin("supervise")
+        .expect("the supervise binary is built")
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("SUPERVISE_TEST_CPUS", "4")
+        .args(["check", "-f", file])
+        .args(extra)
+        .output()
+        .expect("supervise runs");
+    let stdout = String::from_utf8(output.stdout).expect("output is UTF-8");
+    let stderr = String::from_utf8(output.stderr).expect("output is UTF-8");
+    assert_eq!(stderr, "", "check writes diagnostics to stdout only");
+    (output.status.code().expect("exited normally"), stdout)
+}
+
+fn snapshot_settings(dir: &Path) -> insta::Settings {
+    let mut settings = insta::Settings::clone_current();
+    let canonical = dir.canonicalize().expect("fixture folder exists");
+    settings.add_filter(
+        &regex_escape(&canonical.display().to_string()),
+        "[FIXTURES]",
+    );
+    settings.set_prepend_module_to_snapshot(false);
+    settings
+}
+
+fn regex_escape(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            if "\\.+*?()|[]{}^$".contains(c) {
+                vec!['\\', c]
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn every_invalid_fixture_exits_1_with_its_diagnostics() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/invalid");
+    let settings = snapshot_settings(&dir);
+    let mut count = 0;
+    settings.bind(|| {
+        insta::glob!("fixtures/invalid/*.yaml", |path| {
+            let name = path.file_name().unwrap().to_str().unwrap();
+            let (code, stdout) = check(&dir, name, &[]);
+            assert_eq!(code, 1, "{name} must be invalid:\n{stdout}");
+            assert!(
+                stdout.starts_with(&format!("{name}:")),
+                "{name}: the first line names file:line:column:\n{stdout}"
+            );
+            insta::assert_snapshot!(stdout);
+            count += 1;
+        });
+    });
+    assert!(
+        count >= 40,
+        "the invalid corpus has at least 40 files, found {count}"
+    );
+}
+
+#[test]
+fn every_valid_fixture_exits_0_with_a_summary() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/valid");
+    let settings = snapshot_settings(&dir);
+    settings.bind(|| {
+        insta::glob!("fixtures/valid/*.yaml", |path| {
+            let name = path.file_name().unwrap().to_str().unwrap();
+            let (code, stdout) = check(&dir, name, &[]);
+            assert_eq!(code, 0, "{name} must be valid:\n{stdout}");
+            assert!(stdout.contains(&format!("{name}: ok,")), "{stdout}");
+            insta::assert_snapshot!(stdout);
+        });
+    });
+}
+
+#[test]
+fn every_example_is_valid() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for example in ["hello", "node-cluster", "crashy", "kitchen-sink"] {
+        let file = format!("examples/{example}/ecosystem.yaml");
+        let output = Command::cargo_bin("supervise")
+            .unwrap()
+            .current_dir(root)
+            .args(["check", "-f", &file])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert_eq!(output.status.code(), Some(0), "{file}:\n{stdout}");
+        let first_line = std::fs::read_to_string(root.join(&file)).unwrap();
+        assert!(
+            first_line
+                .starts_with("# yaml-language-server: $schema=../../schemas/ecosystem.schema.json"),
+            "{file} starts with the schema line"
+        );
+    }
+}
+
+#[test]
+fn json_format_lists_each_diagnostic_with_its_position() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/invalid");
+    let (code, stdout) = check(&dir, "several-semantic.yaml", &["--format", "json"]);
+    assert_eq!(code, 1);
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("valid JSON");
+    assert_eq!(report["valid"], false);
+    let diagnostics = report["diagnostics"].as_array().unwrap();
+    assert_eq!(diagnostics.len(), 6);
+    let first = &diagnostics[0];
+    assert_eq!(first["file"], "several-semantic.yaml");
+    assert_eq!(first["line"], 5);
+    assert_eq!(first["column"], 19);
+    assert_eq!(first["severity"], "error");
+    assert!(first["message"].as_str().unwrap().contains("0ms"));
+    assert!(first["help"].is_string());
+
+    let valid = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/valid");
+    let (code, stdout) = check(
+        &valid,
+        "warning-program-not-found.yaml",
+        &["--format", "json"],
+    );
+    assert_eq!(code, 0);
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["valid"], true);
+    assert_eq!(report["diagnostics"][0]["severity"], "warning");
+}
+
+#[test]
+fn the_default_file_is_ecosystem_yaml_then_yml() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = || {
+        Command::cargo_bin("supervise")
+            .unwrap()
+            .current_dir(dir.path())
+            .arg("check")
+            .output()
+            .unwrap()
+    };
+    let none = run();
+    assert_eq!(none.status.code(), Some(2), "no file is a usage error");
+    assert!(String::from_utf8_lossy(&none.stderr).contains("ecosystem.yaml"));
+
+    std::fs::write(
+        dir.path().join("ecosystem.yml"),
+        "apps:\n  yml:\n    command: sleep 1\n",
+    )
+    .unwrap();
+    let yml = run();
+    assert_eq!(yml.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&yml.stdout).starts_with("ecosystem.yml: ok"));
+
+    std::fs::write(
+        dir.path().join("ecosystem.yaml"),
+        "apps:\n  yaml:\n    command: sleep 1\n",
+    )
+    .unwrap();
+    let yaml = run();
+    assert!(String::from_utf8_lossy(&yaml.stdout).starts_with("ecosystem.yaml: ok"));
+}
+
+#[test]
+fn an_unreadable_file_exits_2() {
+    let output = Command::cargo_bin("supervise")
+        .unwrap()
+        .args(["check", "-f", "/nonexistent/ecosystem.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("cannot read /nonexistent/ecosystem.yaml")
+    );
+
+    let output = Command::cargo_bin("supervise")
+        .unwrap()
+        .args(["check", "--format", "yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "a usage error exits 2");
+}

@@ -1,0 +1,189 @@
+//! Property: any raw model, serialised to YAML, parses back to the same model
+//! through the same path `supervise check` takes (spanned tree → structure
+//! check → raw types). A mismatch means the parser, the schema walk and the
+//! types disagree about the format.
+
+use indexmap::IndexMap;
+use proptest::prelude::*;
+use supervise::config::diagnostic::Reporter;
+use supervise::config::raw::*;
+use supervise::config::{json_schema, node, raw_from_tree, structure};
+
+fn text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[a-z][a-z0-9_-]{0,10}",
+        "\\PC{0,16}",
+        Just("max".to_string()),
+        Just("true".to_string()),
+        Just("123".to_string()),
+        Just("~".to_string()),
+        Just("{instance+1}".to_string()),
+        Just("- x: y".to_string()),
+    ]
+}
+
+fn finite() -> impl Strategy<Value = f64> {
+    prop_oneof![
+        any::<f64>().prop_filter("finite", |f| f.is_finite()),
+        Just(1.0),
+        Just(2.5)
+    ]
+}
+
+fn duration() -> impl Strategy<Value = DurationText> {
+    prop_oneof!["[0-9]{1,4}(ms|s|m|h)", text()].prop_map(DurationText)
+}
+
+fn listen_entry() -> impl Strategy<Value = ListenEntry> {
+    prop_oneof![
+        text().prop_map(ListenEntry::Address),
+        (text(), text())
+            .prop_map(|(name, address)| ListenEntry::Named(NamedListen { name, address })),
+    ]
+}
+
+/// Boxed: the strategy's nested types are large enough to overflow a test
+/// thread's stack in a debug build when kept inline.
+fn app() -> BoxedStrategy<AppFields> {
+    let command = prop_oneof![
+        text().prop_map(CommandLine::Line),
+        prop::collection::vec(text(), 0..4).prop_map(CommandLine::Argv),
+    ];
+    let env_value = prop_oneof![
+        text().prop_map(EnvValue::Text),
+        any::<i64>().prop_map(EnvValue::Integer),
+        finite().prop_map(EnvValue::Float),
+        any::<bool>().prop_map(EnvValue::Bool),
+    ];
+    let env = prop::collection::vec((text(), env_value), 0..4)
+        .prop_map(|pairs| pairs.into_iter().collect::<IndexMap<_, _>>());
+    let instances = prop_oneof![
+        any::<u32>().prop_map(Instances::Count),
+        Just(Instances::Keyword(MaxKeyword::Max)),
+    ];
+    let listen = prop_oneof![
+        listen_entry().prop_map(Listen::One),
+        prop::collection::vec(listen_entry(), 0..3).prop_map(Listen::Many),
+    ];
+    let ready = prop_oneof![
+        Just(Ready::Keyword(ReadyKeyword::None)),
+        Just(Ready::Keyword(ReadyKeyword::Notify)),
+        text().prop_map(|tcp| Ready::Tcp(TcpProbe { tcp })),
+        text().prop_map(|http| Ready::Http(HttpProbe { http })),
+        duration().prop_map(|delay| Ready::Delay(DelayProbe { delay })),
+    ];
+    let restart = prop_oneof![
+        Just(RestartPolicy::Always),
+        Just(RestartPolicy::OnFailure),
+        Just(RestartPolicy::Never)
+    ];
+    let backoff = (
+        proptest::option::of(duration()),
+        proptest::option::of(duration()),
+        proptest::option::of(finite()),
+        proptest::option::of(duration()),
+    )
+        .prop_map(|(initial, max, factor, reset_after)| Backoff {
+            initial,
+            max,
+            factor,
+            reset_after,
+        });
+    let max_restarts =
+        (any::<u32>(), duration()).prop_map(|(count, within)| MaxRestarts { count, within });
+    let reload = (
+        proptest::option::of(any::<u32>()),
+        proptest::option::of(any::<u32>()),
+    )
+        .prop_map(|(max_surge, max_unavailable)| Reload {
+            max_surge,
+            max_unavailable,
+        });
+    (
+        (
+            of(command.boxed()),
+            of(any::<bool>()),
+            of(text().boxed()),
+            of(env.boxed()),
+            of(text().boxed()),
+            of(instances.boxed()),
+            of(listen.boxed()),
+        )
+            .boxed(),
+        (
+            of(ready.boxed()),
+            of(duration().boxed()),
+            of(restart.boxed()),
+            of(backoff.boxed()),
+            of(max_restarts.boxed()),
+            of(text().boxed()),
+        )
+            .boxed(),
+        (
+            of(duration().boxed()),
+            of(reload.boxed()),
+            of(text().boxed()),
+            of(text().boxed()),
+        )
+            .boxed(),
+    )
+        .prop_map(
+            |(
+                (command, shell, cwd, env, env_file, instances, listen),
+                (ready, ready_timeout, restart, backoff, max_restarts, stop_signal),
+                (kill_timeout, reload, user, group),
+            )| AppFields {
+                command,
+                shell,
+                cwd,
+                env,
+                env_file,
+                instances,
+                listen,
+                ready,
+                ready_timeout,
+                restart,
+                backoff,
+                max_restarts,
+                stop_signal,
+                kill_timeout,
+                reload,
+                user,
+                group,
+            },
+        )
+        .boxed()
+}
+
+fn of<T: std::fmt::Debug + Clone + 'static>(
+    strategy: impl Strategy<Value = T> + 'static,
+) -> BoxedStrategy<Option<T>> {
+    proptest::option::of(strategy).boxed()
+}
+
+fn ecosystem() -> impl Strategy<Value = EcosystemFile> {
+    (
+        proptest::option::of(app()),
+        prop::collection::vec((text(), app()), 0..4),
+    )
+        .prop_map(|(defaults, apps)| EcosystemFile {
+            defaults,
+            apps: apps.into_iter().collect(),
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn serialised_models_parse_back_unchanged(model in ecosystem()) {
+        let yaml = serde_saphyr::to_string(&model).expect("serialises");
+        let tree = node::parse(&yaml).map_err(|e| TestCaseError::fail(format!("{e:?}\n{yaml}")))?;
+        let mut reporter = Reporter::new(&tree);
+        structure::check(&tree, &json_schema(), &mut reporter);
+        let problems = reporter.finish();
+        prop_assert!(problems.is_empty(), "{problems:?}\n{yaml}");
+        let parsed = raw_from_tree(&tree).map_err(|e| TestCaseError::fail(format!("{e}\n{yaml}")))?;
+        prop_assert_eq!(parsed, model, "{}", yaml);
+    }
+}
