@@ -395,4 +395,18 @@ mod tests {
         );
         assert_ne!(base.apps[0].process, changed.apps[0].process);
     }
+
+    #[test]
+    fn user_and_group_resolve_to_ids() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = "apps:\n  web:\n    command: sleep 1\n    user: root\n    group: root\n";
+        let checked = check_text(text, &dir.path().join("ecosystem.yaml"), &Host { uid: 0, ..host() });
+        let identity = checked.desired.unwrap().apps[0].process.identity.clone().unwrap();
+        assert_eq!((identity.user.as_str(), identity.uid, identity.gid), ("root", 0, 0));
+        assert!(checked.diagnostics.is_empty());
+
+        let as_user = check_text(text, &dir.path().join("ecosystem.yaml"), &host());
+        assert!(as_user.is_valid(), "not being root is a warning only");
+        assert!(as_user.diagnostics[0].message.contains("only root"));
+    }
 }
