@@ -4,6 +4,9 @@
 //! [`config`] reads and checks the ecosystem file and resolves it into the
 //! [`spec`] model, which is all the rest of the program ever sees.
 
+pub mod backoff;
 pub mod cli;
 pub mod config;
+pub mod reconcile;
 pub mod spec;
+pub mod worker;

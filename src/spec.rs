@@ -53,6 +53,50 @@ pub struct AppSpec {
     pub reload: ReloadLimits,
 }
 
+impl AppSpec {
+    /// An app with every default of DESIGN.md §2 (tests and simulations build on it).
+    pub fn with_defaults(name: &str, argv: &[&str], instances: u32) -> AppSpec {
+        AppSpec {
+            name: name.to_string(),
+            process: ProcessDefinition {
+                argv: argv.iter().map(|a| Template::literal(*a)).collect(),
+                shell: false,
+                cwd: PathBuf::from("/"),
+                env: Vec::new(),
+                listen: Vec::new(),
+                identity: None,
+            },
+            instances,
+            instances_from_max: false,
+            ready: Readiness::Delay(defaults::READY_DELAY),
+            ready_timeout: defaults::READY_TIMEOUT,
+            restart: RestartPolicy::Always,
+            backoff: BackoffPolicy {
+                initial: defaults::BACKOFF_INITIAL,
+                max: defaults::BACKOFF_MAX,
+                factor: defaults::BACKOFF_FACTOR,
+                reset_after: defaults::BACKOFF_RESET_AFTER,
+            },
+            max_restarts: None,
+            stop_signal: Signal::SIGTERM,
+            kill_timeout: defaults::KILL_TIMEOUT,
+            reload: ReloadLimits {
+                max_surge: defaults::MAX_SURGE,
+                max_unavailable: defaults::MAX_UNAVAILABLE,
+            },
+        }
+    }
+
+    /// The restart settings of this app, as a worker's decisions need them.
+    pub fn restart_rules(&self) -> crate::worker::RestartRules {
+        crate::worker::RestartRules {
+            restart: self.restart,
+            backoff: self.backoff,
+            max_restarts: self.max_restarts,
+        }
+    }
+}
+
 /// What makes a process what it is. Two equal definitions produce identical
 /// processes; a changed one makes running instances outdated.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
