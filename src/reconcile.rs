@@ -56,7 +56,11 @@ pub enum Action {
     /// The worker's readiness delay passed (or readiness is `none`).
     MarkReady { id: WorkerId },
     /// Send the stop signal to the worker's process group.
-    Stop { id: WorkerId, reason: StopReason, then: AfterStop },
+    Stop {
+        id: WorkerId,
+        reason: StopReason,
+        then: AfterStop,
+    },
     /// `kill_timeout` passed: SIGKILL the worker's process group.
     Kill { id: WorkerId },
     /// Forget a worker that has no process.
@@ -98,7 +102,10 @@ pub fn reconcile(target: Target<'_>, workers: &[Worker], now: Instant) -> Plan {
     let mut plan = Plan::default();
 
     for worker in workers {
-        if let State::Stopping { deadline, killed, .. } = worker.state {
+        if let State::Stopping {
+            deadline, killed, ..
+        } = worker.state
+        {
             if killed {
                 continue;
             }
@@ -140,7 +147,10 @@ pub fn reconcile(target: Target<'_>, workers: &[Worker], now: Instant) -> Plan {
                 }
             )
     };
-    let has_outdated = workers.iter().filter(live).any(|w| w.generation < target.generation);
+    let has_outdated = workers
+        .iter()
+        .filter(live)
+        .any(|w| w.generation < target.generation);
     // While any outdated worker exists (draining ones included), creating is
     // bounded by `N + max_surge`.
     let rolling = workers.iter().any(|w| w.generation < target.generation);
@@ -148,18 +158,17 @@ pub fn reconcile(target: Target<'_>, workers: &[Worker], now: Instant) -> Plan {
 
     // A replacement that failed (crashed, or not ready in time) while old
     // workers still exist halts the rollout.
-    if has_outdated && !halted {
-        if let Some(failed) = workers
-            .iter()
-            .filter(live)
-            .find(|w| w.generation == target.generation && w.last_outcome.is_some_and(|o| o.is_failure()))
-        {
-            plan.actions.push(Action::HaltRollout {
-                generation: target.generation,
-                slot: failed.slot,
-            });
-            halted = true;
-        }
+    if has_outdated
+        && !halted
+        && let Some(failed) = workers.iter().filter(live).find(|w| {
+            w.generation == target.generation && w.last_outcome.is_some_and(|o| o.is_failure())
+        })
+    {
+        plan.actions.push(Action::HaltRollout {
+            generation: target.generation,
+            slot: failed.slot,
+        });
+        halted = true;
     }
 
     // Workers that are or will be processes: running or draining anywhere, plus

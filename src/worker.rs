@@ -40,7 +40,11 @@ impl fmt::Display for Exit {
                 let name = nix::sys::signal::Signal::try_from(*signal)
                     .map(|s| s.as_str().to_string())
                     .unwrap_or_else(|_| format!("signal {signal}"));
-                write!(f, "killed by {name}{}", if *core { " (core dumped)" } else { "" })
+                write!(
+                    f,
+                    "killed by {name}{}",
+                    if *core { " (core dumped)" } else { "" }
+                )
             }
         }
     }
@@ -69,7 +73,11 @@ impl fmt::Display for Outcome {
         match self {
             Outcome::Exited(exit) => exit.fmt(f),
             Outcome::StartFailed { errno } => {
-                write!(f, "failed to start: {}", nix::errno::Errno::from_raw(*errno).desc())
+                write!(
+                    f,
+                    "failed to start: {}",
+                    nix::errno::Errno::from_raw(*errno).desc()
+                )
             }
             Outcome::NotReady => f.write_str("was not ready in time"),
         }
@@ -93,7 +101,11 @@ pub enum State {
     /// Running, not ready yet.
     Starting { pid: i32, since: Instant },
     /// Running and ready.
-    Ready { pid: i32, started: Instant, since: Instant },
+    Ready {
+        pid: i32,
+        started: Instant,
+        since: Instant,
+    },
     /// Told to stop; done when its whole process group is empty.
     Stopping {
         pid: i32,
@@ -117,7 +129,9 @@ impl State {
     /// The leader's pid while a process exists.
     pub fn pid(&self) -> Option<i32> {
         match self {
-            State::Starting { pid, .. } | State::Ready { pid, .. } | State::Stopping { pid, .. } => Some(*pid),
+            State::Starting { pid, .. }
+            | State::Ready { pid, .. }
+            | State::Stopping { pid, .. } => Some(*pid),
             _ => None,
         }
     }
@@ -215,9 +229,16 @@ impl Worker {
     }
 
     /// Its process could not be started.
-    pub fn start_failed(&mut self, errno: i32, now: Instant, rules: &RestartRules) -> Result<Decision, IllegalTransition> {
+    pub fn start_failed(
+        &mut self,
+        errno: i32,
+        now: Instant,
+        rules: &RestartRules,
+    ) -> Result<Decision, IllegalTransition> {
         match self.state {
-            State::Pending | State::Backoff { .. } => Ok(self.run_ended(Outcome::StartFailed { errno }, now, rules)),
+            State::Pending | State::Backoff { .. } => {
+                Ok(self.run_ended(Outcome::StartFailed { errno }, now, rules))
+            }
             _ => Err(self.illegal("fail to start")),
         }
     }
@@ -240,9 +261,16 @@ impl Worker {
     /// Its leader process was reaped. While running, this ends the run and
     /// returns the restart decision; while stopping, it is recorded and the stop
     /// completes when the group is empty ([`Worker::group_empty`]).
-    pub fn exited(&mut self, exit: Exit, now: Instant, rules: &RestartRules) -> Result<Option<Decision>, IllegalTransition> {
+    pub fn exited(
+        &mut self,
+        exit: Exit,
+        now: Instant,
+        rules: &RestartRules,
+    ) -> Result<Option<Decision>, IllegalTransition> {
         match &mut self.state {
-            State::Starting { .. } | State::Ready { .. } => Ok(Some(self.run_ended(Outcome::Exited(exit), now, rules))),
+            State::Starting { .. } | State::Ready { .. } => {
+                Ok(Some(self.run_ended(Outcome::Exited(exit), now, rules)))
+            }
             State::Stopping { leader_exit, .. } if leader_exit.is_none() => {
                 *leader_exit = Some(exit);
                 Ok(None)
@@ -252,7 +280,12 @@ impl Worker {
     }
 
     /// Begin stopping: the caller sends the stop signal to the group.
-    pub fn stop(&mut self, now: Instant, kill_timeout: Duration, then: AfterStop) -> Result<(), IllegalTransition> {
+    pub fn stop(
+        &mut self,
+        now: Instant,
+        kill_timeout: Duration,
+        then: AfterStop,
+    ) -> Result<(), IllegalTransition> {
         match self.state {
             State::Starting { pid, .. } | State::Ready { pid, .. } => {
                 self.state = State::Stopping {
@@ -282,7 +315,11 @@ impl Worker {
 
     /// The stopping worker's process group is empty and its leader reaped.
     /// Returns `None` when the worker is to be removed, else the restart decision.
-    pub fn group_empty(&mut self, now: Instant, rules: &RestartRules) -> Result<Option<Decision>, IllegalTransition> {
+    pub fn group_empty(
+        &mut self,
+        now: Instant,
+        rules: &RestartRules,
+    ) -> Result<Option<Decision>, IllegalTransition> {
         match self.state {
             State::Stopping {
                 leader_exit: Some(_),
@@ -318,10 +355,10 @@ impl Worker {
         self.last_outcome = Some(outcome);
         // The attempt counter resets only after the worker was *ready* for
         // `reset_after`, never merely because it was started again.
-        if let State::Ready { since, .. } = self.state {
-            if now.saturating_duration_since(since) >= rules.backoff.reset_after {
-                self.attempt = 0;
-            }
+        if let State::Ready { since, .. } = self.state
+            && now.saturating_duration_since(since) >= rules.backoff.reset_after
+        {
+            self.attempt = 0;
         }
         let restart = match rules.restart {
             RestartPolicy::Always => true,
@@ -421,14 +458,22 @@ mod tests {
         let late = t0 + Duration::from_secs(120);
         assert_eq!(
             w.exited(Exit::Code(1), late, &r).unwrap(),
-            Some(Decision::Restart { attempt: 3, delay: ms(400) })
+            Some(Decision::Restart {
+                attempt: 3,
+                delay: ms(400)
+            })
         );
 
         // Ready, but for less than reset_after: no reset.
         w.started(4, late).unwrap();
         w.ready(late).unwrap();
         let early = late + Duration::from_secs(59);
-        assert_eq!(w.exited(Exit::Code(1), early, &r).unwrap().map(|d| matches!(d, Decision::Restart { attempt: 4, .. })), Some(true));
+        assert_eq!(
+            w.exited(Exit::Code(1), early, &r)
+                .unwrap()
+                .map(|d| matches!(d, Decision::Restart { attempt: 4, .. })),
+            Some(true)
+        );
 
         // Ready for reset_after: the next restart is attempt 1 again.
         w.started(5, early).unwrap();
@@ -436,7 +481,10 @@ mod tests {
         let later = early + Duration::from_secs(60);
         assert_eq!(
             w.exited(Exit::Code(1), later, &r).unwrap(),
-            Some(Decision::Restart { attempt: 1, delay: ms(100) })
+            Some(Decision::Restart {
+                attempt: 1,
+                delay: ms(100)
+            })
         );
     }
 
@@ -446,18 +494,43 @@ mod tests {
         let cases = [
             (RestartPolicy::Always, Exit::Code(0), true),
             (RestartPolicy::Always, Exit::Code(3), true),
-            (RestartPolicy::Always, Exit::Signal { signal: 9, core: false }, true),
+            (
+                RestartPolicy::Always,
+                Exit::Signal {
+                    signal: 9,
+                    core: false,
+                },
+                true,
+            ),
             (RestartPolicy::OnFailure, Exit::Code(0), false),
             (RestartPolicy::OnFailure, Exit::Code(1), true),
-            (RestartPolicy::OnFailure, Exit::Signal { signal: 15, core: false }, true),
+            (
+                RestartPolicy::OnFailure,
+                Exit::Signal {
+                    signal: 15,
+                    core: false,
+                },
+                true,
+            ),
             (RestartPolicy::Never, Exit::Code(1), false),
-            (RestartPolicy::Never, Exit::Signal { signal: 9, core: true }, false),
+            (
+                RestartPolicy::Never,
+                Exit::Signal {
+                    signal: 9,
+                    core: true,
+                },
+                false,
+            ),
         ];
         for (policy, exit, restarts) in cases {
             let mut w = Worker::new(1, 0, 1);
             w.started(1, t0).unwrap();
             let decision = w.exited(exit, t0, &rules(policy)).unwrap().unwrap();
-            assert_eq!(matches!(decision, Decision::Restart { .. }), restarts, "{policy:?} {exit:?}");
+            assert_eq!(
+                matches!(decision, Decision::Restart { .. }),
+                restarts,
+                "{policy:?} {exit:?}"
+            );
             if !restarts {
                 assert_eq!(decision, Decision::Done);
                 assert_eq!(w.state, State::Exited);
@@ -469,11 +542,29 @@ mod tests {
     fn start_failures_count_as_failures() {
         let t0 = Instant::now();
         let mut w = Worker::new(1, 0, 1);
-        let decision = w.start_failed(libc::ENOENT, t0, &rules(RestartPolicy::OnFailure)).unwrap();
-        assert_eq!(decision, Decision::Restart { attempt: 1, delay: ms(100) });
-        assert_eq!(w.last_outcome, Some(Outcome::StartFailed { errno: libc::ENOENT }));
+        let decision = w
+            .start_failed(libc::ENOENT, t0, &rules(RestartPolicy::OnFailure))
+            .unwrap();
+        assert_eq!(
+            decision,
+            Decision::Restart {
+                attempt: 1,
+                delay: ms(100)
+            }
+        );
+        assert_eq!(
+            w.last_outcome,
+            Some(Outcome::StartFailed {
+                errno: libc::ENOENT
+            })
+        );
         let mut never = Worker::new(2, 0, 1);
-        assert_eq!(never.start_failed(libc::EACCES, t0, &rules(RestartPolicy::Never)).unwrap(), Decision::Done);
+        assert_eq!(
+            never
+                .start_failed(libc::EACCES, t0, &rules(RestartPolicy::Never))
+                .unwrap(),
+            Decision::Done
+        );
     }
 
     #[test]
@@ -495,7 +586,9 @@ mod tests {
                     restarts += 1;
                     now += delay;
                 }
-                Decision::GiveUp { restarts: count, .. } => {
+                Decision::GiveUp {
+                    restarts: count, ..
+                } => {
                     assert_eq!(count, 3);
                     break;
                 }
@@ -535,11 +628,20 @@ mod tests {
         let mut w = Worker::new(1, 0, 1);
         w.started(7, t0).unwrap();
         w.ready(t0).unwrap();
-        w.stop(t0, Duration::from_secs(10), AfterStop::Remove).unwrap();
-        assert!(matches!(w.state, State::Stopping { deadline, .. } if deadline == t0 + Duration::from_secs(10)));
+        w.stop(t0, Duration::from_secs(10), AfterStop::Remove)
+            .unwrap();
+        assert!(
+            matches!(w.state, State::Stopping { deadline, .. } if deadline == t0 + Duration::from_secs(10))
+        );
         // The leader exiting does not end the stop, and does not restart.
         assert_eq!(w.exited(Exit::Code(0), t0, &r).unwrap(), None);
-        assert!(matches!(w.state, State::Stopping { leader_exit: Some(Exit::Code(0)), .. }));
+        assert!(matches!(
+            w.state,
+            State::Stopping {
+                leader_exit: Some(Exit::Code(0)),
+                ..
+            }
+        ));
         w.killed().unwrap();
         assert_eq!(w.group_empty(t0, &r).unwrap(), None);
     }
@@ -550,10 +652,29 @@ mod tests {
         let r = rules(RestartPolicy::Always);
         let mut w = Worker::new(1, 0, 1);
         w.started(7, t0).unwrap();
-        w.stop(t0, Duration::from_secs(1), AfterStop::Failed(Outcome::NotReady)).unwrap();
-        w.exited(Exit::Signal { signal: 15, core: false }, t0, &r).unwrap();
+        w.stop(
+            t0,
+            Duration::from_secs(1),
+            AfterStop::Failed(Outcome::NotReady),
+        )
+        .unwrap();
+        w.exited(
+            Exit::Signal {
+                signal: 15,
+                core: false,
+            },
+            t0,
+            &r,
+        )
+        .unwrap();
         let decision = w.group_empty(t0, &r).unwrap();
-        assert_eq!(decision, Some(Decision::Restart { attempt: 1, delay: ms(100) }));
+        assert_eq!(
+            decision,
+            Some(Decision::Restart {
+                attempt: 1,
+                delay: ms(100)
+            })
+        );
         assert_eq!(w.last_outcome, Some(Outcome::NotReady));
     }
 
@@ -570,15 +691,36 @@ mod tests {
         let t0 = Instant::now();
         let mut w = Worker::new(1, 0, 1);
         w.started(7, t0).unwrap();
-        w.stop(t0, Duration::from_secs(1), AfterStop::Remove).unwrap();
+        w.stop(t0, Duration::from_secs(1), AfterStop::Remove)
+            .unwrap();
         let _ = w.group_empty(t0, &rules(RestartPolicy::Always));
     }
 
     #[test]
     fn exits_read_like_sentences() {
         assert_eq!(Exit::Code(3).to_string(), "exited with code 3");
-        assert_eq!(Exit::Signal { signal: 9, core: false }.to_string(), "killed by SIGKILL");
-        assert_eq!(Exit::Signal { signal: 11, core: true }.to_string(), "killed by SIGSEGV (core dumped)");
-        assert!(Outcome::StartFailed { errno: libc::ENOENT }.to_string().contains("No such file"));
+        assert_eq!(
+            Exit::Signal {
+                signal: 9,
+                core: false
+            }
+            .to_string(),
+            "killed by SIGKILL"
+        );
+        assert_eq!(
+            Exit::Signal {
+                signal: 11,
+                core: true
+            }
+            .to_string(),
+            "killed by SIGSEGV (core dumped)"
+        );
+        assert!(
+            Outcome::StartFailed {
+                errno: libc::ENOENT
+            }
+            .to_string()
+            .contains("No such file")
+        );
     }
 }

@@ -400,9 +400,20 @@ mod tests {
     fn user_and_group_resolve_to_ids() {
         let dir = tempfile::tempdir().unwrap();
         let text = "apps:\n  web:\n    command: sleep 1\n    user: root\n    group: root\n";
-        let checked = check_text(text, &dir.path().join("ecosystem.yaml"), &Host { uid: 0, ..host() });
-        let identity = checked.desired.unwrap().apps[0].process.identity.clone().unwrap();
-        assert_eq!((identity.user.as_str(), identity.uid, identity.gid), ("root", 0, 0));
+        let checked = check_text(
+            text,
+            &dir.path().join("ecosystem.yaml"),
+            &Host { uid: 0, ..host() },
+        );
+        let identity = checked.desired.unwrap().apps[0]
+            .process
+            .identity
+            .clone()
+            .unwrap();
+        assert_eq!(
+            (identity.user.as_str(), identity.uid, identity.gid),
+            ("root", 0, 0)
+        );
         assert!(checked.diagnostics.is_empty());
 
         let as_user = check_text(text, &dir.path().join("ecosystem.yaml"), &host());

@@ -62,7 +62,10 @@ impl Sim {
     }
 
     fn worker(&mut self, id: u64) -> &mut Worker {
-        self.workers.iter_mut().find(|w| w.id == id).expect("worker exists")
+        self.workers
+            .iter_mut()
+            .find(|w| w.id == id)
+            .expect("worker exists")
     }
 
     fn apply(&mut self, action: Action) {
@@ -72,7 +75,8 @@ impl Sim {
         self.log.push(format!("{action:?}"));
         match action {
             Action::Create { slot, generation } => {
-                self.workers.push(Worker::new(self.next_id, slot, generation));
+                self.workers
+                    .push(Worker::new(self.next_id, slot, generation));
                 self.next_id += 1;
             }
             Action::Start { id } => {
@@ -92,14 +96,26 @@ impl Sim {
 
     fn check_bounds(&self) {
         if let Some((max_alive, min_ready)) = self.bounds {
-            let alive = self.workers.iter().filter(|w| w.state.pid().is_some()).count();
+            let alive = self
+                .workers
+                .iter()
+                .filter(|w| w.state.pid().is_some())
+                .count();
             let ready = self
                 .workers
                 .iter()
                 .filter(|w| matches!(w.state, State::Ready { .. }))
                 .count();
-            assert!(alive <= max_alive, "{alive} alive > {max_alive}: {:#?}", self.log);
-            assert!(ready >= min_ready, "{ready} ready < {min_ready}: {:#?}", self.log);
+            assert!(
+                alive <= max_alive,
+                "{alive} alive > {max_alive}: {:#?}",
+                self.log
+            );
+            assert!(
+                ready >= min_ready,
+                "{ready} ready < {min_ready}: {:#?}",
+                self.log
+            );
         }
     }
 
@@ -127,7 +143,13 @@ impl Sim {
             .map(|w| w.id)
             .collect();
         for id in stopping {
-            self.exit(id, Exit::Signal { signal: 15, core: false });
+            self.exit(
+                id,
+                Exit::Signal {
+                    signal: 15,
+                    core: false,
+                },
+            );
         }
     }
 
@@ -156,7 +178,10 @@ impl Sim {
 fn starts_every_slot_and_marks_them_ready() {
     let mut sim = Sim::new(3);
     assert_eq!(sim.settle(), None);
-    assert_eq!(sim.slots(), [(0, 1, "ready"), (1, 1, "ready"), (2, 1, "ready")]);
+    assert_eq!(
+        sim.slots(),
+        [(0, 1, "ready"), (1, 1, "ready"), (2, 1, "ready")]
+    );
 }
 
 #[test]
@@ -184,7 +209,13 @@ fn not_ready_within_the_timeout_is_a_failed_start() {
     sim.settle();
     assert!(sim.log.iter().any(|l| l.contains("NotReady")));
     let id = sim.workers[0].id;
-    let decision = sim.exit(id, Exit::Signal { signal: 15, core: false });
+    let decision = sim.exit(
+        id,
+        Exit::Signal {
+            signal: 15,
+            core: false,
+        },
+    );
     assert_eq!(
         decision,
         Some(Decision::Restart {
@@ -222,9 +253,11 @@ fn scaling_down_stops_the_highest_slots_first() {
         .actions
         .iter()
         .filter_map(|a| match a {
-            Action::Stop { id, reason: StopReason::ScaleDown, .. } => {
-                sim.workers.iter().find(|w| w.id == *id).map(|w| w.slot)
-            }
+            Action::Stop {
+                id,
+                reason: StopReason::ScaleDown,
+                ..
+            } => sim.workers.iter().find(|w| w.id == *id).map(|w| w.slot),
             _ => None,
         })
         .collect();
@@ -246,7 +279,10 @@ fn scaling_to_zero_and_back() {
     assert!(sim.workers.is_empty());
     sim.spec.instances = 3;
     sim.settle();
-    assert_eq!(sim.slots(), [(0, 1, "ready"), (1, 1, "ready"), (2, 1, "ready")]);
+    assert_eq!(
+        sim.slots(),
+        [(0, 1, "ready"), (1, 1, "ready"), (2, 1, "ready")]
+    );
 }
 
 #[test]
@@ -257,7 +293,10 @@ fn a_stop_that_outlives_kill_timeout_becomes_a_kill() {
     let wake = sim.settle();
     assert_eq!(wake, Some(sim.now + sim.spec.kill_timeout));
     sim.advance(sim.spec.kill_timeout - Duration::from_millis(1));
-    assert!(sim.plan().actions.is_empty(), "never a SIGKILL before kill_timeout");
+    assert!(
+        sim.plan().actions.is_empty(),
+        "never a SIGKILL before kill_timeout"
+    );
     sim.advance(Duration::from_millis(1));
     assert!(matches!(sim.plan().actions[..], [Action::Kill { .. }]));
     sim.settle();
@@ -275,7 +314,11 @@ fn workers_in_backoff_above_the_count_are_forgotten() {
     assert_eq!(sim.slots(), [(0, 1, "ready")]);
     sim.advance(Duration::from_secs(60));
     sim.settle();
-    assert_eq!(sim.slots(), [(0, 1, "ready")], "nothing respawned after removal");
+    assert_eq!(
+        sim.slots(),
+        [(0, 1, "ready")],
+        "nothing respawned after removal"
+    );
 }
 
 #[test]
@@ -290,7 +333,11 @@ fn failed_and_exited_workers_stay_until_the_definition_changes() {
     assert_eq!(sim.slots(), [(0, 1, "exited"), (1, 1, "ready")]);
     sim.generation = 2;
     sim.settle();
-    assert_eq!(sim.slots()[0], (0, 2, "ready"), "a fresh start with the new definition");
+    assert_eq!(
+        sim.slots()[0],
+        (0, 2, "ready"),
+        "a fresh start with the new definition"
+    );
 }
 
 /// Play a whole rollout, asserting the bounds after every single action.
@@ -309,7 +356,10 @@ fn rollout(instances: u32, surge: u32, unavailable: u32) -> Sim {
     ));
     for _ in 0..100 {
         sim.settle();
-        if sim.workers.iter().all(|w| w.generation == 2 && matches!(w.state, State::Ready { .. }))
+        if sim
+            .workers
+            .iter()
+            .all(|w| w.generation == 2 && matches!(w.state, State::Ready { .. }))
             && sim.workers.len() == instances as usize
         {
             break;
@@ -320,7 +370,11 @@ fn rollout(instances: u32, surge: u32, unavailable: u32) -> Sim {
     assert!(sim.workers.iter().all(|w| w.generation == 2));
     let mut slots: Vec<u32> = sim.workers.iter().map(|w| w.slot).collect();
     slots.sort();
-    assert_eq!(slots, (0..instances).collect::<Vec<_>>(), "slots keep their numbers");
+    assert_eq!(
+        slots,
+        (0..instances).collect::<Vec<_>>(),
+        "slots keep their numbers"
+    );
     assert!(sim.pids().iter().all(|p| !old_pids.contains(p)));
     sim
 }
@@ -342,7 +396,11 @@ fn rolling_replacement_respects_surge_and_unavailability() {
 #[test]
 fn with_surge_one_the_new_worker_starts_before_the_old_one_stops() {
     let sim = rollout(3, 1, 0);
-    let first_create = sim.log.iter().position(|l| l.contains("Create { slot: 0, generation: 2 }")).unwrap();
+    let first_create = sim
+        .log
+        .iter()
+        .position(|l| l.contains("Create { slot: 0, generation: 2 }"))
+        .unwrap();
     let first_stop = sim.log.iter().position(|l| l.contains("Outdated")).unwrap();
     assert!(first_create < first_stop, "{:#?}", sim.log);
 }
@@ -354,10 +412,16 @@ fn a_replacement_not_yet_ready_does_not_let_the_old_one_go() {
     sim.spec.ready = Readiness::Delay(Duration::from_secs(1));
     sim.generation = 2;
     sim.settle();
-    assert_eq!(sim.slots(), [(0, 1, "ready"), (0, 2, "starting"), (1, 1, "ready")]);
+    assert_eq!(
+        sim.slots(),
+        [(0, 1, "ready"), (0, 2, "starting"), (1, 1, "ready")]
+    );
     sim.advance(Duration::from_secs(1));
     sim.settle();
-    assert_eq!(sim.slots(), [(0, 1, "stopping"), (0, 2, "ready"), (1, 1, "ready")]);
+    assert_eq!(
+        sim.slots(),
+        [(0, 1, "stopping"), (0, 2, "ready"), (1, 1, "ready")]
+    );
 }
 
 #[test]
@@ -377,7 +441,11 @@ fn a_crashing_replacement_halts_the_rollout_and_old_workers_keep_serving() {
         sim.advance(Duration::from_secs(10));
         sim.settle();
     }
-    assert_eq!(sim.pids(), old_pids, "the old workers still run, nothing replaced");
+    assert_eq!(
+        sim.pids(),
+        old_pids,
+        "the old workers still run, nothing replaced"
+    );
     assert!(sim.workers.iter().all(|w| w.generation == 1));
 
     // An old worker that crashes meanwhile restarts with its own definition.
@@ -387,7 +455,10 @@ fn a_crashing_replacement_halts_the_rollout_and_old_workers_keep_serving() {
     sim.settle();
     sim.advance(Duration::from_secs(1));
     sim.settle();
-    assert_eq!(sim.slots(), [(0, 1, "ready"), (1, 1, "ready"), (2, 1, "ready")]);
+    assert_eq!(
+        sim.slots(),
+        [(0, 1, "ready"), (1, 1, "ready"), (2, 1, "ready")]
+    );
 
     // The next generation starts a new rollout.
     sim.generation = 3;
@@ -397,7 +468,11 @@ fn a_crashing_replacement_halts_the_rollout_and_old_workers_keep_serving() {
         sim.settle();
         sim.finish_stops();
     }
-    assert!(sim.workers.iter().all(|w| w.generation == 3), "{:?}", sim.slots());
+    assert!(
+        sim.workers.iter().all(|w| w.generation == 3),
+        "{:?}",
+        sim.slots()
+    );
 }
 
 #[test]
