@@ -1,5 +1,6 @@
-//! The command line: argument parsing and the commands that need no running
-//! supervisor (`check`, `schema`).
+//! The command line: argument parsing, `check`, `schema`, and `run`, which
+//! sets up the process (lock, limits, subreaper, undertaker, output) and hands
+//! over to the [`Supervisor`].
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -8,7 +9,13 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::config::{self, Host, diagnostic};
+use crate::effects::logging;
+use crate::effects::output::{LogFormat, LogSink};
+use crate::effects::runtime::{self, FileLock, LockError};
+use crate::effects::systemd::SystemdNotifier;
+use crate::effects::undertaker::Undertaker;
 use crate::spec::Desired;
+use crate::supervisor::{Context, Supervisor, worker_base_env};
 
 /// Exit codes shared by every command (DESIGN.md §2).
 pub mod exit {
@@ -30,8 +37,26 @@ pub struct Cli {
     #[arg(short = 'f', long = "file", global = true, value_name = "FILE")]
     pub file: Option<PathBuf>,
 
+    /// Format of the supervisor's output: `human`, or `json` (one event per line).
+    #[arg(long, global = true, value_enum, default_value_t = LogStyle::Human)]
+    pub log_format: LogStyle,
+
+    /// More output (-v: debug, -vv: trace). RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    /// Less output: warnings and errors only.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+
     #[command(subcommand)]
     pub command: Option<Command>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogStyle {
+    Human,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -177,4 +202,126 @@ pub fn schema() -> ExitCode {
         serde_json::to_string_pretty(&schema).unwrap_or_default()
     ));
     ExitCode::from(exit::OK)
+}
+
+/// `supervise [run] -f FILE`: supervise in the foreground until SIGINT/SIGTERM.
+pub fn run(cli: &Cli) -> ExitCode {
+    // Whatever we inherited beyond stdio must not leak into workers.
+    // SAFETY: marks fds close-on-exec; no memory is touched.
+    unsafe {
+        libc::close_range(3, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC as libc::c_int);
+    }
+    let path = match ecosystem_path(cli.file.as_deref()) {
+        Ok(path) => path,
+        Err(message) => {
+            err(&format!("error: {message}\n"));
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    let shown = path.display().to_string();
+    let checked = match config::check_file(&path, &Host::detect()) {
+        Ok(checked) => checked,
+        Err(unreadable) => {
+            err(&format!("error: {unreadable}\n"));
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    let rendered = diagnostic::render(&shown, &checked.text, &checked.diagnostics);
+    let Some(desired) = checked.desired else {
+        err(&rendered);
+        err(&format!(
+            "{shown}: invalid ({}); nothing was started\n",
+            diagnostic::summary_line(&checked.diagnostics)
+        ));
+        return ExitCode::from(exit::INVALID);
+    };
+
+    let dir = runtime::runtime_dir();
+    if let Err(error) = runtime::ensure_runtime_dir(&dir) {
+        err(&format!("error: {error}\n"));
+        return ExitCode::from(exit::INVALID);
+    }
+    let lock = match FileLock::acquire(&dir, &desired.source) {
+        Ok(lock) => lock,
+        Err(error @ LockError::Held { .. }) => {
+            err(&format!("error: {error}\n"));
+            return ExitCode::from(exit::INVALID);
+        }
+        Err(error) => {
+            err(&format!("error: {error}\n"));
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    let nofile_soft = raise_fd_limit();
+    // SAFETY: prctl with plain integer arguments.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    }
+    // Forked while still single-threaded: before the log writer and the runtime.
+    let undertaker = match Undertaker::start() {
+        Ok(undertaker) => undertaker,
+        Err(error) => {
+            err(&format!("error: cannot start the undertaker process: {error}\n"));
+            return ExitCode::from(exit::INVALID);
+        }
+    };
+
+    let format = match cli.log_format {
+        LogStyle::Json => LogFormat::Json,
+        LogStyle::Human => {
+            use std::io::IsTerminal;
+            let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+            LogFormat::Human { colour }
+        }
+    };
+    let sink = LogSink::start(std::io::stdout());
+    let verbosity = if cli.quiet { -1 } else { cli.verbose.min(2) as i8 };
+    logging::init(sink.clone(), format, verbosity);
+    if !rendered.is_empty() {
+        sink.send(rendered.into_bytes());
+    }
+    let ctx = Context {
+        sink: sink.clone(),
+        format,
+        undertaker,
+        base_env: worker_base_env(std::env::vars_os()),
+        nofile_soft,
+        systemd: SystemdNotifier::from_env(std::env::var_os("NOTIFY_SOCKET")),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            err(&format!("error: cannot start the event loop: {error}\n"));
+            return ExitCode::from(exit::INVALID);
+        }
+    };
+    let result = runtime.block_on(async {
+        let supervisor = Supervisor::new(&desired, ctx).map_err(|(app, error)| format!("app {app}: {error}"))?;
+        supervisor.run(&shown).await.map_err(|e| e.to_string())
+    });
+    drop(lock);
+    match result {
+        Ok(()) => ExitCode::from(exit::OK),
+        Err(message) => {
+            tracing::error!("{message}; nothing is running");
+            sink.flush(std::time::Duration::from_secs(1));
+            ExitCode::from(exit::INVALID)
+        }
+    }
+}
+
+/// Raise the soft RLIMIT_NOFILE to the hard limit (1,000 instances need 2,000+
+/// pipe fds); returns the original soft limit, which workers get back.
+fn raise_fd_limit() -> libc::rlim_t {
+    // SAFETY: getrlimit/setrlimit with a valid struct.
+    unsafe {
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return libc::RLIM_INFINITY;
+        }
+        let original = limit.rlim_cur;
+        limit.rlim_cur = limit.rlim_max;
+        libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        original
+    }
 }

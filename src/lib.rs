@@ -7,6 +7,8 @@
 pub mod backoff;
 pub mod cli;
 pub mod config;
+pub mod effects;
 pub mod reconcile;
 pub mod spec;
+pub mod supervisor;
 pub mod worker;

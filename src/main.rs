@@ -8,11 +8,6 @@ fn main() -> ExitCode {
     match args.command {
         Some(Command::Check { format }) => cli::check(args.file.as_deref(), format),
         Some(Command::Schema) => cli::schema(),
-        Some(Command::Run) | None => {
-            eprintln!(
-                "supervise: running the supervisor is not built yet; `supervise check` works"
-            );
-            ExitCode::from(cli::exit::USAGE)
-        }
+        Some(Command::Run) | None => cli::run(&args),
     }
 }

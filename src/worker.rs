@@ -243,6 +243,15 @@ impl Worker {
         }
     }
 
+    /// Its process was forked but `exec` failed (the errno came back through
+    /// the status pipe): a failed start, not an exit of the program.
+    pub fn exec_failed(&mut self, errno: i32, now: Instant, rules: &RestartRules) -> Result<Decision, IllegalTransition> {
+        match self.state {
+            State::Starting { .. } => Ok(self.run_ended(Outcome::StartFailed { errno }, now, rules)),
+            _ => Err(self.illegal("fail to exec")),
+        }
+    }
+
     /// It became ready.
     pub fn ready(&mut self, now: Instant) -> Result<(), IllegalTransition> {
         match self.state {

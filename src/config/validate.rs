@@ -299,7 +299,7 @@ impl<'a> AppContext<'a> {
             return Vec::new();
         };
         let entries: Vec<(raw::ListenEntry, Vec<PathSeg>)> = match listen {
-            raw::Listen::One(entry) => vec![(entry, path)],
+            raw::Listen::One(entry) => vec![(entry, path.clone())],
             raw::Listen::Many(entries) => entries
                 .into_iter()
                 .enumerate()
@@ -310,6 +310,13 @@ impl<'a> AppContext<'a> {
                 })
                 .collect(),
         };
+        if entries.len() > crate::effects::spawn::MAX_LISTEN_FDS {
+            reporter.error(
+                &path,
+                format!("{} listening sockets is more than the limit of {}", entries.len(), crate::effects::spawn::MAX_LISTEN_FDS),
+            );
+            return Vec::new();
+        }
         let mut specs = Vec::new();
         let mut names = HashSet::new();
         for (entry, entry_path) in entries {

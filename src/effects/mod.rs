@@ -1,0 +1,12 @@
+//! The effectful shell around the pure core: processes, signals, sockets,
+//! files and output. Each piece is thin and behind a small interface; the
+//! decisions are made in [`crate::reconcile`] and [`crate::worker`].
+
+pub mod logging;
+pub mod output;
+pub mod procfs;
+pub mod runtime;
+pub mod sockets;
+pub mod spawn;
+pub mod systemd;
+pub mod undertaker;

@@ -1,0 +1,349 @@
+//! Output: the workers' stdout/stderr and the supervisor's own log lines.
+//!
+//! Everything printed goes through one bounded queue to one writer thread. The
+//! supervisor loop and the pumps only ever `try_send`: when the terminal is slow
+//! or gone (an SSH hang-up, EPIPE, EIO) lines are dropped and counted, and
+//! nothing blocks or panics. A worker's pipes are always read, so a worker whose
+//! output nobody reads never blocks, and a flood costs at most the queue.
+
+use std::io::Write;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
+use std::time::{Duration, SystemTime};
+
+use tokio::io::AsyncReadExt;
+
+/// Lines waiting for the terminal; beyond this they are dropped (and counted).
+pub const LOG_QUEUE_LINES: usize = 8192;
+/// A longer line is cut here and marked.
+pub const MAX_LINE_BYTES: usize = 64 * 1024;
+/// How much one read from a worker's pipe takes.
+const READ_CHUNK_BYTES: usize = 16 * 1024;
+const TRUNCATION_MARKER: &[u8] = b" [line truncated by supervise]";
+
+enum Message {
+    Line(Vec<u8>),
+    Flush(SyncSender<()>),
+}
+
+/// The sending side of the output queue. Cheap to clone.
+#[derive(Clone)]
+pub struct LogSink {
+    queue: SyncSender<Message>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl LogSink {
+    /// Start the writer thread writing to `out`.
+    pub fn start(out: impl Write + Send + 'static) -> LogSink {
+        let (queue, lines) = sync_channel(LOG_QUEUE_LINES);
+        let dropped = Arc::new(AtomicU64::new(0));
+        let counter = Arc::clone(&dropped);
+        let spawned = std::thread::Builder::new()
+            .name("supervise-log".into())
+            .spawn(move || write_lines(lines, out, &counter));
+        if spawned.is_err() {
+            // Without a writer every line counts as dropped; nothing else breaks.
+            dropped.store(1, Ordering::Relaxed);
+        }
+        LogSink { queue, dropped }
+    }
+
+    /// Queue one line (with its newline). Never blocks.
+    pub fn send(&self, line: Vec<u8>) {
+        match self.queue.try_send(Message::Line(line)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Lines lost so far (queue full, or the terminal gone).
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Wait (at most `timeout`) until what is queued has been written.
+    pub fn flush(&self, timeout: Duration) {
+        let (ack, done) = sync_channel(1);
+        let deadline = std::time::Instant::now() + timeout;
+        let mut message = Message::Flush(ack);
+        loop {
+            match self.queue.try_send(message) {
+                Ok(()) => break,
+                Err(TrySendError::Full(back)) if std::time::Instant::now() < deadline => {
+                    message = back;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(_) => return,
+            }
+        }
+        let _ = done.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()));
+    }
+}
+
+/// How often, at most, the writer reports dropped lines.
+const DROP_REPORT_INTERVAL: Duration = Duration::from_secs(1);
+
+fn write_lines(lines: Receiver<Message>, mut out: impl Write, dropped: &AtomicU64) {
+    let mut reported = 0;
+    let mut last_report = std::time::Instant::now();
+    loop {
+        let message = match lines.recv_timeout(Duration::from_secs(1)) {
+            Ok(message) => message,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        match message {
+            Message::Line(line) => {
+                if out.write_all(&line).is_err() {
+                    dropped.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Message::Flush(ack) => {
+                let _ = out.flush();
+                let _ = ack.try_send(());
+            }
+        }
+        let now_dropped = dropped.load(Ordering::Relaxed);
+        if now_dropped > reported && last_report.elapsed() >= DROP_REPORT_INTERVAL {
+            let note = format!(
+                "supervise | {} output lines dropped (the terminal is too slow or gone)\n",
+                now_dropped - reported
+            );
+            let _ = out.write_all(note.as_bytes());
+            reported = now_dropped;
+            last_report = std::time::Instant::now();
+        }
+    }
+}
+
+/// How lines are rendered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Human { colour: bool },
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+impl Stream {
+    fn name(self) -> &'static str {
+        match self {
+            Stream::Stdout => "stdout",
+            Stream::Stderr => "stderr",
+        }
+    }
+}
+
+/// Who printed a line: `web.2`.
+#[derive(Debug, Clone)]
+pub struct Source {
+    pub app: Arc<str>,
+    pub slot: u32,
+}
+
+/// A stable colour per app name (ANSI 31–36).
+fn colour_of(app: &str) -> u8 {
+    let hash = app.bytes().fold(5381u32, |h, b| h.wrapping_mul(33) ^ u32::from(b));
+    31 + (hash % 6) as u8
+}
+
+/// Render one line a worker printed.
+pub fn render_line(source: &Source, stream: Stream, line: &[u8], format: LogFormat) -> Vec<u8> {
+    match format {
+        LogFormat::Human { colour } => {
+            let mut out = Vec::with_capacity(line.len() + source.app.len() + 16);
+            if colour {
+                out.extend_from_slice(format!("\x1b[{}m{}.{} |\x1b[0m ", colour_of(&source.app), source.app, source.slot).as_bytes());
+            } else {
+                out.extend_from_slice(format!("{}.{} | ", source.app, source.slot).as_bytes());
+            }
+            out.extend_from_slice(line);
+            out.push(b'\n');
+            out
+        }
+        LogFormat::Json => {
+            let record = serde_json::json!({
+                "timestamp": humantime::format_rfc3339_micros(SystemTime::now()).to_string(),
+                "event": "output",
+                "app": &*source.app,
+                "slot": source.slot,
+                "stream": stream.name(),
+                "line": String::from_utf8_lossy(line),
+            });
+            let mut out = record.to_string().into_bytes();
+            out.push(b'\n');
+            out
+        }
+    }
+}
+
+/// Splits a byte stream into lines of at most [`MAX_LINE_BYTES`].
+#[derive(Debug, Default)]
+pub struct LineSplitter {
+    pending: Vec<u8>,
+    /// Inside a line that was already cut: drop bytes up to its newline.
+    skipping: bool,
+}
+
+impl LineSplitter {
+    /// Feed bytes; complete lines (without the newline) go to `emit`.
+    pub fn feed(&mut self, mut bytes: &[u8], emit: &mut impl FnMut(&[u8])) {
+        while !bytes.is_empty() {
+            match bytes.iter().position(|b| *b == b'\n') {
+                Some(end) => {
+                    if self.skipping {
+                        self.skipping = false;
+                    } else {
+                        self.push_bounded(&bytes[..end], emit);
+                        if !self.skipping {
+                            emit(&self.pending);
+                        }
+                        self.skipping = false;
+                    }
+                    self.pending.clear();
+                    bytes = &bytes[end + 1..];
+                }
+                None => {
+                    if !self.skipping {
+                        self.push_bounded(bytes, emit);
+                    }
+                    bytes = &[];
+                }
+            }
+        }
+    }
+
+    fn push_bounded(&mut self, bytes: &[u8], emit: &mut impl FnMut(&[u8])) {
+        let room = MAX_LINE_BYTES - self.pending.len();
+        if bytes.len() <= room {
+            self.pending.extend_from_slice(bytes);
+            return;
+        }
+        self.pending.extend_from_slice(&bytes[..room]);
+        self.pending.extend_from_slice(TRUNCATION_MARKER);
+        emit(&self.pending);
+        self.pending.clear();
+        self.skipping = true;
+    }
+
+    /// The stream ended: emit a last line without a newline, if any.
+    pub fn finish(&mut self, emit: &mut impl FnMut(&[u8])) {
+        if !self.pending.is_empty() && !self.skipping {
+            emit(&self.pending);
+        }
+        self.pending.clear();
+    }
+}
+
+/// Read a worker's pipe until EOF, forwarding each line to the sink.
+pub async fn pump(fd: OwnedFd, source: Source, stream: Stream, sink: LogSink, format: LogFormat) {
+    let Ok(mut pipe) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
+        return;
+    };
+    let mut splitter = LineSplitter::default();
+    let mut chunk = vec![0u8; READ_CHUNK_BYTES];
+    let mut emit = |line: &[u8]| sink.send(render_line(&source, stream, line, format));
+    loop {
+        match pipe.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => splitter.feed(&chunk[..n], &mut emit),
+        }
+    }
+    splitter.finish(&mut emit);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split(chunks: &[&[u8]]) -> Vec<Vec<u8>> {
+        let mut lines = Vec::new();
+        let mut splitter = LineSplitter::default();
+        for chunk in chunks {
+            splitter.feed(chunk, &mut |l| lines.push(l.to_vec()));
+        }
+        splitter.finish(&mut |l| lines.push(l.to_vec()));
+        lines
+    }
+
+    #[test]
+    fn splits_lines_across_chunks() {
+        assert_eq!(split(&[b"a\nb", b"c\n", b"d"]), [b"a".to_vec(), b"bc".to_vec(), b"d".to_vec()]);
+        assert_eq!(split(&[b"\n\n"]), [b"".to_vec(), b"".to_vec()]);
+    }
+
+    #[test]
+    fn long_lines_are_cut_once_with_a_marker() {
+        let long = vec![b'x'; MAX_LINE_BYTES * 3];
+        let lines = split(&[&long, b"\nnext\n"]);
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0].len(), MAX_LINE_BYTES + TRUNCATION_MARKER.len());
+        assert!(lines[0].ends_with(TRUNCATION_MARKER));
+        assert_eq!(lines[1], b"next");
+        let exact = vec![b'y'; MAX_LINE_BYTES];
+        let lines = split(&[&exact, b"\n"]);
+        assert_eq!(lines, [exact]);
+    }
+
+    #[test]
+    fn human_lines_are_prefixed_and_json_lines_are_records() {
+        let source = Source { app: "web".into(), slot: 2 };
+        let human = render_line(&source, Stream::Stdout, b"hello", LogFormat::Human { colour: false });
+        assert_eq!(human, b"web.2 | hello\n");
+        let coloured = render_line(&source, Stream::Stdout, b"hello", LogFormat::Human { colour: true });
+        assert!(coloured.starts_with(b"\x1b[3"));
+        let json = render_line(&source, Stream::Stderr, b"oops \xff", LogFormat::Json);
+        let record: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        assert_eq!(record["event"], "output");
+        assert_eq!(record["slot"], 2);
+        assert_eq!(record["stream"], "stderr");
+        assert_eq!(record["line"], "oops \u{fffd}");
+    }
+
+    #[test]
+    fn a_full_queue_drops_and_counts_instead_of_blocking() {
+        struct Stuck;
+        impl Write for Stuck {
+            fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+                std::thread::sleep(Duration::from_secs(3600));
+                Ok(0)
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let sink = LogSink::start(Stuck);
+        let start = std::time::Instant::now();
+        for _ in 0..LOG_QUEUE_LINES * 2 {
+            sink.send(b"x\n".to_vec());
+        }
+        assert!(start.elapsed() < Duration::from_secs(2));
+        assert!(sink.dropped() >= LOG_QUEUE_LINES as u64 - 1);
+    }
+
+    #[test]
+    fn a_broken_terminal_counts_lines_as_dropped() {
+        struct Broken;
+        impl Write for Broken {
+            fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+                Err(std::io::Error::from_raw_os_error(libc::EPIPE))
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let sink = LogSink::start(Broken);
+        sink.send(b"x\n".to_vec());
+        sink.flush(Duration::from_secs(5));
+        assert!(sink.dropped() >= 1);
+    }
+}

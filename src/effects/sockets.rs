@@ -1,0 +1,190 @@
+//! The registry of listening sockets (DESIGN.md §5).
+//!
+//! Sockets are bound by the supervisor, keyed by address, and stay open for as
+//! long as some app wants the address — across scale-downs to zero, bad edits,
+//! and moves of an address from one app to another — so there is never a moment
+//! with nobody listening. Every instance of an app receives the same sockets as
+//! fd 3, 4, …. The sockets stay in blocking mode: that is a property shared
+//! with the workers (systemd does the same), and the supervisor never accepts.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::Path;
+
+use socket2::{Domain, SockAddr, Socket, Type};
+
+use crate::spec::ListenAddress;
+
+/// The listen backlog. The kernel caps it at `net.core.somaxconn`.
+pub const LISTEN_BACKLOG: i32 = 1024;
+
+#[derive(Debug)]
+struct Bound {
+    fd: OwnedFd,
+    /// What the socket is actually bound to (port 0 resolved).
+    local: ListenAddress,
+}
+
+#[derive(Debug, Default)]
+pub struct SocketRegistry {
+    sockets: HashMap<ListenAddress, Bound>,
+}
+
+/// A socket that could not be bound, with the address and the reason.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {address}: {reason}")]
+pub struct BindError {
+    pub address: ListenAddress,
+    pub reason: String,
+}
+
+impl SocketRegistry {
+    /// The fd and actual address for `address`, binding it if new.
+    pub fn ensure(&mut self, address: &ListenAddress) -> Result<(RawFd, ListenAddress), BindError> {
+        if let Some(bound) = self.sockets.get(address) {
+            return Ok((bound.fd.as_raw_fd(), bound.local.clone()));
+        }
+        let fail = |reason: String| BindError {
+            address: address.clone(),
+            reason,
+        };
+        let socket = match address {
+            ListenAddress::Tcp(socket_address) => bind_tcp(socket_address),
+            ListenAddress::Unix(path) => bind_unix(path),
+        }
+        .map_err(|e| fail(e.to_string()))?;
+        let local = match address {
+            ListenAddress::Tcp(_) => socket
+                .local_addr()
+                .ok()
+                .and_then(|a| a.as_socket())
+                .map_or_else(|| address.clone(), ListenAddress::Tcp),
+            ListenAddress::Unix(_) => address.clone(),
+        };
+        let fd = OwnedFd::from(socket);
+        let raw = fd.as_raw_fd();
+        self.sockets.insert(address.clone(), Bound { fd, local: local.clone() });
+        Ok((raw, local))
+    }
+
+    /// Close every socket whose address is not in `wanted` (a Unix socket's
+    /// file is removed too).
+    pub fn retain(&mut self, wanted: &[&ListenAddress]) -> Vec<ListenAddress> {
+        let unwanted: Vec<ListenAddress> = self
+            .sockets
+            .keys()
+            .filter(|a| !wanted.contains(a))
+            .cloned()
+            .collect();
+        for address in &unwanted {
+            self.sockets.remove(address);
+            if let ListenAddress::Unix(path) = address {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+        unwanted
+    }
+
+    /// The actual address of a bound socket.
+    pub fn local(&self, address: &ListenAddress) -> Option<&ListenAddress> {
+        self.sockets.get(address).map(|b| &b.local)
+    }
+
+    pub fn len(&self) -> usize {
+        self.sockets.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.sockets.is_empty()
+    }
+}
+
+impl Drop for SocketRegistry {
+    fn drop(&mut self) {
+        self.retain(&[]);
+    }
+}
+
+fn bind_tcp(address: &SocketAddr) -> io::Result<Socket> {
+    // socket2 creates the socket close-on-exec.
+    let socket = Socket::new(Domain::for_address(*address), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&SockAddr::from(*address))?;
+    socket.listen(LISTEN_BACKLOG)?;
+    Ok(socket)
+}
+
+fn bind_unix(path: &Path) -> io::Result<Socket> {
+    use std::os::unix::fs::FileTypeExt;
+    if let Ok(metadata) = std::fs::symlink_metadata(path) {
+        if !metadata.file_type().is_socket() {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{} exists and is not a socket", path.display()),
+            ));
+        }
+        // A stale socket file is replaced only if nothing listens on it.
+        match std::os::unix::net::UnixStream::connect(path) {
+            Ok(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    "another process is listening on it",
+                ));
+            }
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => std::fs::remove_file(path)?,
+            Err(e) => return Err(e),
+        }
+    }
+    let socket = Socket::new(Domain::UNIX, Type::STREAM, None)?;
+    socket.bind(&SockAddr::unix(path)?)?;
+    socket.listen(LISTEN_BACKLOG)?;
+    Ok(socket)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binds_once_per_address_and_resolves_port_zero() {
+        let mut registry = SocketRegistry::default();
+        let address = ListenAddress::Tcp("127.0.0.1:0".parse().unwrap());
+        let (fd, local) = registry.ensure(&address).unwrap();
+        let (again, _) = registry.ensure(&address).unwrap();
+        assert_eq!(fd, again);
+        match local {
+            ListenAddress::Tcp(bound) => assert_ne!(bound.port(), 0),
+            other => panic!("{other:?}"),
+        }
+        // SAFETY: fcntl on a live fd.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+        assert_eq!(flags & libc::FD_CLOEXEC, libc::FD_CLOEXEC);
+        registry.retain(&[]);
+        assert!(registry.is_empty());
+    }
+
+    #[test]
+    fn a_port_in_use_is_an_error_naming_the_address() {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = ListenAddress::Tcp(taken.local_addr().unwrap());
+        let error = SocketRegistry::default().ensure(&address).unwrap_err();
+        assert!(error.to_string().contains(&taken.local_addr().unwrap().to_string()), "{error}");
+    }
+
+    #[test]
+    fn unix_sockets_replace_stale_files_but_not_live_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sock");
+        let address = ListenAddress::Unix(path.clone());
+        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+        let mut registry = SocketRegistry::default();
+        registry.ensure(&address).expect("a stale file is replaced");
+        assert!(SocketRegistry::default().ensure(&address).is_err(), "a live socket is kept");
+        registry.retain(&[]);
+        assert!(!path.exists());
+        std::fs::write(&path, "data").unwrap();
+        assert!(SocketRegistry::default().ensure(&address).is_err(), "a regular file is never removed");
+    }
+}

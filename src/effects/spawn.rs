@@ -1,0 +1,516 @@
+//! Starting a worker process: fork + exec, exactly (DESIGN.md §4).
+//!
+//! Everything the child needs is prepared *before* the fork: argv, envp (with a
+//! pre-allocated `LISTEN_PID=` buffer the child fills with its own pid), the
+//! program's resolved path, the supplementary groups, every fd. After the fork
+//! the child runs only async-signal-safe system calls through `libc`: no
+//! allocation, no locks, no Rust runtime. (`std::process::Command` cannot set
+//! `LISTEN_PID` to the child's own pid, and `tokio::process` reaps on its own.)
+//!
+//! Signals are blocked around the fork so no handler runs in the child before
+//! it has reset every disposition to the default (Rust leaves SIGPIPE ignored,
+//! and exec keeps ignored signals ignored). An exec failure's errno comes back
+//! through an O_CLOEXEC pipe: on success the pipe just closes.
+//!
+//! The fork must happen on a thread that lives as long as the supervisor:
+//! `PR_SET_PDEATHSIG` fires when the *thread* that forked exits, not the process.
+
+use std::ffi::{CString, OsStr, OsString};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use indexmap::IndexMap;
+
+use crate::spec::{Identity, ListenAddress, ProcessDefinition, Readiness};
+
+/// What the worker gets besides its definition.
+#[derive(Debug)]
+pub struct SpawnRequest<'a> {
+    pub app: &'a str,
+    pub slot: u32,
+    pub process: &'a ProcessDefinition,
+    pub readiness: &'a Readiness,
+    /// The bound listening sockets, in the order of `process.listen`.
+    pub listen_fds: &'a [RawFd],
+    /// The address each socket is actually bound to (`:0` resolved), same order.
+    pub listen_bound: &'a [ListenAddress],
+    /// `NOTIFY_SOCKET` for `ready: notify`.
+    pub notify_socket: Option<&'a OsStr>,
+    /// The supervisor's environment, already stripped of `NOTIFY_SOCKET`,
+    /// `LISTEN_*` and `WATCHDOG_*`.
+    pub base_env: &'a [(OsString, OsString)],
+    /// The RLIMIT_NOFILE soft limit the supervisor started with.
+    pub nofile_soft: libc::rlim_t,
+}
+
+/// A started process and the read ends of its pipes.
+#[derive(Debug)]
+pub struct Spawned {
+    pub pid: i32,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+    /// Non-blocking. Holds 4 bytes (an errno) if exec failed; EOF once exec succeeded.
+    pub exec_status: OwnedFd,
+}
+
+/// Why a process could not be started; `errno` is what the log and the worker's
+/// state record.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{context}: {}", nix::errno::Errno::from_raw(*errno).desc())]
+pub struct SpawnError {
+    pub errno: i32,
+    pub context: String,
+}
+
+fn error(errno: i32, context: impl Into<String>) -> SpawnError {
+    SpawnError {
+        errno,
+        context: context.into(),
+    }
+}
+
+fn last_errno(context: &str) -> SpawnError {
+    error(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO), context)
+}
+
+/// The worker's environment (DESIGN.md §2): the supervisor's own, then the
+/// app's `env_file` and `env`, then the reserved variables. `LISTEN_PID` is left
+/// out: the child writes it.
+pub fn worker_env(request: &SpawnRequest) -> IndexMap<OsString, OsString> {
+    let mut env: IndexMap<OsString, OsString> = request.base_env.iter().cloned().collect();
+    for (name, value) in &request.process.env {
+        env.insert(name.into(), value.expand(request.slot).into());
+    }
+    let slot = request.slot.to_string();
+    env.insert("SUPERVISE_APP".into(), request.app.into());
+    env.insert("SUPERVISE_INSTANCE".into(), slot.clone().into());
+    env.insert("NODE_APP_INSTANCE".into(), slot.into());
+    if !request.process.listen.is_empty() {
+        env.insert("LISTEN_FDS".into(), request.process.listen.len().to_string().into());
+        let names: Vec<&str> = request.process.listen.iter().map(|l| l.name.as_str()).collect();
+        env.insert("LISTEN_FDNAMES".into(), names.join(":").into());
+        let port = request.listen_bound.iter().find_map(|a| match a {
+            ListenAddress::Tcp(address) => Some(address.port()),
+            ListenAddress::Unix(_) => None,
+        });
+        if let Some(port) = port {
+            env.insert("PORT".into(), port.to_string().into());
+        }
+    }
+    if let (Readiness::Notify, Some(socket)) = (request.readiness, request.notify_socket) {
+        env.insert("NOTIFY_SOCKET".into(), socket.into());
+    }
+    if let Some(identity) = &request.process.identity {
+        env.insert("HOME".into(), identity.home.clone().into_os_string());
+        env.insert("USER".into(), identity.user.clone().into());
+        env.insert("LOGNAME".into(), identity.user.clone().into());
+    }
+    env
+}
+
+/// Find the program the way `execvp` would, but before the fork: relative to
+/// `cwd` when it contains a `/`, else along the worker's `PATH`.
+pub fn resolve_program(program: &str, cwd: &Path, path: Option<&OsStr>) -> Result<PathBuf, SpawnError> {
+    use nix::unistd::{AccessFlags, access};
+    if program.contains('/') {
+        let candidate = cwd.join(program);
+        return access(&candidate, AccessFlags::X_OK)
+            .map(|()| candidate)
+            .map_err(|errno| error(errno as i32, format!("cannot execute {program}")));
+    }
+    let mut denied = false;
+    for dir in std::env::split_paths(path.unwrap_or(OsStr::new("/usr/local/bin:/usr/bin:/bin"))) {
+        let candidate = cwd.join(dir).join(program);
+        if candidate.is_file() {
+            if access(&candidate, AccessFlags::X_OK).is_ok() {
+                return Ok(candidate);
+            }
+            denied = true;
+        }
+    }
+    let errno = if denied { libc::EACCES } else { libc::ENOENT };
+    Err(error(errno, format!("cannot find {program} on PATH")))
+}
+
+fn cstring(bytes: &[u8], what: &str) -> Result<CString, SpawnError> {
+    CString::new(bytes).map_err(|_| error(libc::EINVAL, format!("{what} contains a NUL byte")))
+}
+
+/// A pipe whose both ends are close-on-exec; the read end is non-blocking.
+fn pipe() -> Result<(OwnedFd, OwnedFd), SpawnError> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(last_errno("cannot create a pipe"));
+    }
+    // SAFETY: pipe2 succeeded, so both fds are open and owned by nobody else.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: plain fcntl on an fd we own.
+    unsafe {
+        let flags = libc::fcntl(read.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(read.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
+    }
+    Ok((read, write))
+}
+
+/// Everything the child uses, allocated before the fork.
+struct Prepared {
+    program: CString,
+    cwd: CString,
+    _argv: Vec<CString>,
+    argv_ptrs: Vec<*const libc::c_char>,
+    _env: Vec<CString>,
+    /// `LISTEN_PID=` followed by room for the digits and the NUL.
+    listen_pid: Option<Box<[u8; LISTEN_PID_BUFFER]>>,
+    envp: Vec<*const libc::c_char>,
+    groups: Vec<libc::gid_t>,
+    identity: Option<(libc::uid_t, libc::gid_t)>,
+}
+
+const LISTEN_PID_PREFIX: &[u8] = b"LISTEN_PID=";
+/// The prefix, up to 20 digits (u64::MAX), and the terminating NUL.
+const LISTEN_PID_BUFFER: usize = LISTEN_PID_PREFIX.len() + 21;
+
+fn prepare(request: &SpawnRequest) -> Result<Prepared, SpawnError> {
+    if request.listen_fds.len() > MAX_LISTEN_FDS {
+        return Err(error(libc::EMFILE, format!("more than {MAX_LISTEN_FDS} listening sockets")));
+    }
+    let env = worker_env(request);
+    let argv: Vec<String> = request
+        .process
+        .argv
+        .iter()
+        .map(|a| a.expand(request.slot))
+        .collect();
+    let program_name = argv.first().ok_or_else(|| error(libc::EINVAL, "empty command"))?;
+    let program = resolve_program(
+        program_name,
+        &request.process.cwd,
+        env.get(OsStr::new("PATH")).map(OsString::as_os_str),
+    )?;
+    let argv: Vec<CString> = argv
+        .iter()
+        .map(|a| cstring(a.as_bytes(), "an argument"))
+        .collect::<Result<_, _>>()?;
+    let mut env_strings = Vec::with_capacity(env.len());
+    for (name, value) in &env {
+        let mut entry = name.as_bytes().to_vec();
+        entry.push(b'=');
+        entry.extend_from_slice(value.as_bytes());
+        env_strings.push(cstring(&entry, "an environment variable")?);
+    }
+    let mut listen_pid = (!request.process.listen.is_empty()).then(|| {
+        let mut buffer = Box::new([0u8; LISTEN_PID_BUFFER]);
+        buffer[..LISTEN_PID_PREFIX.len()].copy_from_slice(LISTEN_PID_PREFIX);
+        buffer
+    });
+    let mut envp: Vec<*const libc::c_char> = env_strings.iter().map(|s| s.as_ptr()).collect();
+    if let Some(buffer) = listen_pid.as_mut() {
+        envp.push(buffer.as_ptr().cast());
+    }
+    envp.push(std::ptr::null());
+    let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    argv_ptrs.push(std::ptr::null());
+
+    let (groups, identity) = match &request.process.identity {
+        Some(Identity { user, uid, gid, .. }) => {
+            let name = cstring(user.as_bytes(), "the user name")?;
+            let groups = nix::unistd::getgrouplist(&name, nix::unistd::Gid::from_raw(*gid))
+                .map_err(|errno| error(errno as i32, format!("cannot list the groups of {user}")))?;
+            (groups.into_iter().map(|g| g.as_raw()).collect(), Some((*uid, *gid)))
+        }
+        None => (Vec::new(), None),
+    };
+    Ok(Prepared {
+        program: cstring(program.as_os_str().as_bytes(), "the program path")?,
+        cwd: cstring(request.process.cwd.as_os_str().as_bytes(), "cwd")?,
+        _argv: argv,
+        argv_ptrs,
+        _env: env_strings,
+        listen_pid,
+        envp,
+        groups,
+        identity,
+    })
+}
+
+/// Fork and exec one worker. On `Ok` the process exists (exec may still fail:
+/// see [`Spawned::exec_status`]); on `Err` no process was created.
+pub fn spawn(request: &SpawnRequest) -> Result<Spawned, SpawnError> {
+    let mut prepared = prepare(request)?;
+    let (stdout_read, stdout_write) = pipe()?;
+    let (stderr_read, stderr_write) = pipe()?;
+    let (status_read, status_write) = pipe()?;
+    let devnull = std::fs::File::open("/dev/null").map_err(|e| error(e.raw_os_error().unwrap_or(libc::EIO), "cannot open /dev/null"))?;
+    let listen_fds: Vec<RawFd> = request.listen_fds.to_vec();
+    let listen_pid_ptr: *mut u8 = prepared
+        .listen_pid
+        .as_mut()
+        .map_or(std::ptr::null_mut(), |b| b.as_mut_ptr());
+
+    let child = ChildPlan {
+        program: prepared.program.as_ptr(),
+        argv: prepared.argv_ptrs.as_ptr(),
+        envp: prepared.envp.as_ptr(),
+        cwd: prepared.cwd.as_ptr(),
+        groups: &prepared.groups,
+        identity: prepared.identity,
+        stdin: devnull.as_raw_fd(),
+        stdout: stdout_write.as_raw_fd(),
+        stderr: stderr_write.as_raw_fd(),
+        status: status_write.as_raw_fd(),
+        listen_fds: &listen_fds,
+        listen_pid: listen_pid_ptr,
+        nofile_soft: request.nofile_soft,
+        // SAFETY: getpid has no preconditions.
+        parent: unsafe { libc::getpid() },
+    };
+
+    // SAFETY: sigset_t is plain data; sigfillset initialises it.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    let mut previous: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers to sigset_t values on our stack.
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut previous);
+    }
+    // SAFETY: the child branch only calls async-signal-safe functions on data
+    // prepared above (see `ChildPlan::exec`) and never returns.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: we are the freshly forked child; `child` points to memory
+        // that the fork copied and nothing else touches.
+        unsafe { child.exec() }
+    }
+    let fork_errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+    // SAFETY: restoring the mask saved above.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut());
+    }
+    if pid < 0 {
+        return Err(error(fork_errno, "fork failed"));
+    }
+    // The child does this too; doing it here as well means a killpg sent right
+    // after spawn() returns cannot miss the group. EACCES (the child already
+    // exec'd) and ESRCH (already gone) are fine.
+    // SAFETY: setpgid on our own child.
+    unsafe {
+        libc::setpgid(pid, pid);
+    }
+    drop((stdout_write, stderr_write, status_write, devnull));
+    Ok(Spawned {
+        pid,
+        stdout: stdout_read,
+        stderr: stderr_read,
+        exec_status: status_read,
+    })
+}
+
+/// Read an exec-status pipe without blocking: `Some(errno)` if exec failed.
+pub fn exec_error(status: &OwnedFd) -> Option<i32> {
+    let mut bytes = [0u8; 4];
+    // SAFETY: reading into a 4-byte stack buffer from an fd we own.
+    let n = unsafe { libc::read(status.as_raw_fd(), bytes.as_mut_ptr().cast(), bytes.len()) };
+    (n == 4).then(|| i32::from_ne_bytes(bytes))
+}
+
+/// Raw pointers into [`Prepared`] and the fds, for the child.
+struct ChildPlan<'a> {
+    program: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+    cwd: *const libc::c_char,
+    groups: &'a [libc::gid_t],
+    identity: Option<(libc::uid_t, libc::gid_t)>,
+    stdin: RawFd,
+    stdout: RawFd,
+    stderr: RawFd,
+    status: RawFd,
+    listen_fds: &'a [RawFd],
+    listen_pid: *mut u8,
+    nofile_soft: libc::rlim_t,
+    parent: libc::pid_t,
+}
+
+impl ChildPlan<'_> {
+    /// Runs in the child between fork and exec. Only async-signal-safe calls.
+    unsafe fn exec(&self) -> ! {
+        unsafe {
+            libc::setpgid(0, 0);
+
+            // Default dispositions, then unblock everything.
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = libc::SIG_DFL;
+            for signal in 1..NSIG {
+                if signal != libc::SIGKILL && signal != libc::SIGSTOP {
+                    libc::sigaction(signal, &action, std::ptr::null_mut());
+                }
+            }
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+
+            if let Some((uid, gid)) = self.identity {
+                if libc::setgroups(self.groups.len(), self.groups.as_ptr()) != 0
+                    || libc::setgid(gid) != 0
+                    || libc::setuid(uid) != 0
+                {
+                    self.fail();
+                }
+            }
+            // After any uid change (which clears it). If the supervisor died
+            // before this line, we were already reparented: give up.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+            if libc::getppid() != self.parent {
+                libc::_exit(1);
+            }
+
+            if libc::dup2(self.stdin, 0) < 0 || libc::dup2(self.stdout, 1) < 0 || libc::dup2(self.stderr, 2) < 0 {
+                self.fail();
+            }
+            // Listening sockets go to 3, 4, …: first move every source above
+            // the targets (a source may sit on a target), then dup2 down, which
+            // also clears FD_CLOEXEC on the targets.
+            let count = self.listen_fds.len() as libc::c_int;
+            let first_free = 3 + count;
+            let status = libc::fcntl(self.status, libc::F_DUPFD_CLOEXEC, first_free);
+            if status < 0 {
+                self.fail();
+            }
+            let mut moved: [libc::c_int; MAX_LISTEN_FDS] = [-1; MAX_LISTEN_FDS];
+            for (i, &fd) in self.listen_fds.iter().take(MAX_LISTEN_FDS).enumerate() {
+                moved[i] = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, first_free);
+                if moved[i] < 0 {
+                    fail_with(status);
+                }
+            }
+            for (i, &fd) in moved.iter().take(self.listen_fds.len()).enumerate() {
+                if libc::dup2(fd, 3 + i as libc::c_int) < 0 {
+                    fail_with(status);
+                }
+            }
+            // Anything else that leaked past O_CLOEXEC goes now; keep the status pipe.
+            if status > first_free {
+                libc::close_range(first_free as libc::c_uint, (status - 1) as libc::c_uint, 0);
+            }
+            libc::close_range((status + 1) as libc::c_uint, libc::c_uint::MAX, 0);
+
+            if libc::chdir(self.cwd) != 0 {
+                fail_with(status);
+            }
+            if !self.listen_pid.is_null() {
+                write_pid(self.listen_pid.add(LISTEN_PID_PREFIX.len()), libc::getpid());
+            }
+            let mut limit: libc::rlimit = std::mem::zeroed();
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+                limit.rlim_cur = self.nofile_soft.min(limit.rlim_max);
+                libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+            }
+            libc::execve(self.program, self.argv, self.envp);
+            fail_with(status)
+        }
+    }
+
+    unsafe fn fail(&self) -> ! {
+        unsafe { fail_with(self.status) }
+    }
+}
+
+/// Signals are 1..NSIG on Linux.
+const NSIG: libc::c_int = 65;
+
+/// The most listening sockets one app may pass (a fixed array: no allocation
+/// after fork). Far above any real use.
+pub const MAX_LISTEN_FDS: usize = 64;
+
+/// Report errno through the status pipe and exit. Async-signal-safe.
+unsafe fn fail_with(status: RawFd) -> ! {
+    unsafe {
+        let errno = *libc::__errno_location();
+        let bytes = errno.to_ne_bytes();
+        libc::write(status, bytes.as_ptr().cast(), bytes.len());
+        libc::_exit(127)
+    }
+}
+
+/// Write `pid` in decimal followed by NUL at `at`. Async-signal-safe (no allocation).
+unsafe fn write_pid(at: *mut u8, pid: libc::pid_t) {
+    let mut digits = [0u8; 20];
+    let mut n = pid as u64;
+    let mut len = 0;
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..len {
+        unsafe { *at.add(i) = digits[len - 1 - i] };
+    }
+    unsafe { *at.add(len) = 0 };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{AppSpec, ListenSpec, Template};
+
+    #[test]
+    fn worker_env_layers_and_reserved_names() {
+        let mut spec = AppSpec::with_defaults("web", &["server"], 2);
+        spec.process.env = vec![
+            ("A".into(), Template::literal("from-file")),
+            ("SLOT".into(), Template::parse("{instance+10}").unwrap()),
+        ];
+        spec.process.listen = vec![ListenSpec {
+            name: "http".into(),
+            address: ListenAddress::Tcp("127.0.0.1:0".parse().unwrap()),
+        }];
+        let base = vec![("A".into(), "base".into()), ("KEEP".into(), "1".into())];
+        let bound = [ListenAddress::Tcp("127.0.0.1:4321".parse().unwrap())];
+        let request = SpawnRequest {
+            app: "web",
+            slot: 1,
+            process: &spec.process,
+            readiness: &Readiness::Notify,
+            listen_fds: &[7],
+            listen_bound: &bound,
+            notify_socket: Some(OsStr::new("@supervise-notify")),
+            base_env: &base,
+            nofile_soft: 1024,
+        };
+        let env = worker_env(&request);
+        let get = |k: &str| env.get(OsStr::new(k)).map(|v| v.to_str().unwrap().to_string());
+        assert_eq!(get("A").as_deref(), Some("from-file"));
+        assert_eq!(get("KEEP").as_deref(), Some("1"));
+        assert_eq!(get("SLOT").as_deref(), Some("11"));
+        assert_eq!(get("SUPERVISE_APP").as_deref(), Some("web"));
+        assert_eq!(get("SUPERVISE_INSTANCE").as_deref(), Some("1"));
+        assert_eq!(get("NODE_APP_INSTANCE").as_deref(), Some("1"));
+        assert_eq!(get("LISTEN_FDS").as_deref(), Some("1"));
+        assert_eq!(get("LISTEN_FDNAMES").as_deref(), Some("http"));
+        assert_eq!(get("PORT").as_deref(), Some("4321"));
+        assert_eq!(get("NOTIFY_SOCKET").as_deref(), Some("@supervise-notify"));
+        assert_eq!(get("LISTEN_PID"), None, "the child writes LISTEN_PID itself");
+    }
+
+    #[test]
+    fn write_pid_writes_decimal_and_nul() {
+        let mut buffer = [0xffu8; 12];
+        unsafe { write_pid(buffer.as_mut_ptr(), 40213) };
+        assert_eq!(&buffer[..6], b"40213\0");
+        unsafe { write_pid(buffer.as_mut_ptr(), 7) };
+        assert_eq!(&buffer[..2], b"7\0");
+    }
+
+    #[test]
+    fn programs_resolve_like_execvp() {
+        let cwd = Path::new("/");
+        assert_eq!(resolve_program("sh", cwd, Some(OsStr::new("/nonexistent:/bin"))).unwrap(), PathBuf::from("/bin/sh"));
+        assert_eq!(resolve_program("no-such-program-x", cwd, Some(OsStr::new("/bin"))).unwrap_err().errno, libc::ENOENT);
+        assert_eq!(resolve_program("./etc/passwd", cwd, None).unwrap_err().errno, libc::EACCES);
+    }
+}

@@ -1,0 +1,697 @@
+//! The supervisor loop: one task owns all state and turns events into calls of
+//! the pure core, then carries out the actions it returns.
+//!
+//! Events are child exits (one SIGCHLD stream and a `waitpid(-1, WNOHANG)`
+//! loop: no zombie survives, adopted grandchildren included), signals to the
+//! supervisor, and timers. An event marks its app *dirty*; only dirty apps are
+//! reconciled, and a full pass over every app runs every
+//! [`FULL_PASS_INTERVAL`] as a guard. When nothing is due the loop sleeps.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use indexmap::IndexMap;
+use tokio::signal::unix::{SignalKind, signal};
+use tracing::{debug, error, info, warn};
+
+use crate::effects::output::{self, LogFormat, LogSink, Source, Stream};
+use crate::effects::sockets::{BindError, SocketRegistry};
+use crate::effects::spawn::{self, SpawnRequest};
+use crate::effects::systemd::SystemdNotifier;
+use crate::effects::undertaker::Undertaker;
+use crate::effects::procfs;
+use crate::reconcile::{self, Action, StopReason, Target};
+use crate::spec::{AppSpec, Desired, ProcessDefinition};
+use crate::worker::{AfterStop, Decision, Exit, State, Worker, WorkerId};
+
+/// The guard: every app is reconciled at least this often.
+pub const FULL_PASS_INTERVAL: Duration = Duration::from_secs(10);
+/// While a stopped worker's leader is gone but its group is not yet empty.
+pub const GROUP_POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// Reconcile passes for one app before giving the loop back (a bug guard).
+const MAX_PASSES: usize = 64;
+/// How long to wait for the undertaker to exit at shutdown.
+const UNDERTAKER_EXIT_WAIT: Duration = Duration::from_secs(2);
+
+/// What the supervisor needs from its environment.
+pub struct Context {
+    pub sink: LogSink,
+    pub format: LogFormat,
+    pub undertaker: Undertaker,
+    /// The supervisor's environment minus `NOTIFY_SOCKET`, `LISTEN_*`, `WATCHDOG_*`.
+    pub base_env: Vec<(OsString, OsString)>,
+    pub nofile_soft: libc::rlim_t,
+    pub systemd: Option<SystemdNotifier>,
+}
+
+/// The environment workers inherit: ours, without what describes *our* sockets.
+pub fn worker_base_env(vars: impl IntoIterator<Item = (OsString, OsString)>) -> Vec<(OsString, OsString)> {
+    vars.into_iter()
+        .filter(|(name, _)| {
+            let name = name.as_bytes();
+            name != b"NOTIFY_SOCKET" && !name.starts_with(b"LISTEN_") && !name.starts_with(b"WATCHDOG_")
+        })
+        .collect()
+}
+
+/// One app: its desired spec, its workers, and the definitions they run.
+struct AppState {
+    spec: AppSpec,
+    generation: u64,
+    /// The process definition of every generation a worker still runs.
+    definitions: HashMap<u64, Arc<ProcessDefinition>>,
+    workers: Vec<Worker>,
+    rollout_halted: bool,
+    dirty: bool,
+    wake_at: Option<Instant>,
+}
+
+/// What the supervisor keeps for a running process besides its worker state.
+struct ProcessHandle {
+    app: String,
+    id: WorkerId,
+    spawned_at: Instant,
+    exec_status: OwnedFd,
+}
+
+pub struct Supervisor {
+    ctx: Context,
+    apps: IndexMap<String, AppState>,
+    /// Leader pid → its process.
+    processes: HashMap<i32, ProcessHandle>,
+    sockets: SocketRegistry,
+    next_worker: WorkerId,
+    shutting_down: bool,
+    sent_ready: bool,
+    last_full_pass: Instant,
+}
+
+/// `web.2`, as in the output prefix.
+fn label(app: &str, slot: u32) -> String {
+    format!("{app}.{slot}")
+}
+
+fn plural(n: usize, word: &str) -> String {
+    format!("{n} {word}{}", if n == 1 { "" } else { "s" })
+}
+
+/// `800ms`, `1.2s`, `2m5s`: short and exact enough for a log line.
+pub fn short_duration(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        format!("{}ms", d.as_millis())
+    } else if d < Duration::from_secs(60) {
+        format!("{:.1}s", d.as_secs_f64())
+    } else {
+        humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
+    }
+}
+
+impl Supervisor {
+    /// Bind every app's sockets. A socket that cannot be bound refuses the start.
+    pub fn new(desired: &Desired, ctx: Context) -> Result<Supervisor, (String, BindError)> {
+        let mut sockets = SocketRegistry::default();
+        let mut apps = IndexMap::new();
+        for spec in &desired.apps {
+            for listen in &spec.process.listen {
+                match sockets.ensure(&listen.address) {
+                    Ok((_, local)) => {
+                        info!(event = "listening", app = %spec.name, address = %local, "{}: listening on {local}", spec.name)
+                    }
+                    Err(error) => return Err((spec.name.clone(), error)),
+                }
+            }
+            apps.insert(
+                spec.name.clone(),
+                AppState {
+                    spec: spec.clone(),
+                    generation: 1,
+                    definitions: HashMap::from([(1, Arc::new(spec.process.clone()))]),
+                    workers: Vec::new(),
+                    rollout_halted: false,
+                    dirty: true,
+                    wake_at: None,
+                },
+            );
+        }
+        Ok(Supervisor {
+            ctx,
+            apps,
+            processes: HashMap::new(),
+            sockets,
+            next_worker: 1,
+            shutting_down: false,
+            sent_ready: false,
+            last_full_pass: Instant::now(),
+        })
+    }
+
+    /// Run until every worker has stopped after SIGINT/SIGTERM.
+    pub async fn run(mut self, file_name: &str) -> std::io::Result<()> {
+        let mut children = signal(SignalKind::child())?;
+        let mut interrupts = signal(SignalKind::interrupt())?;
+        let mut terminates = signal(SignalKind::terminate())?;
+        let mut hangups = signal(SignalKind::hangup())?;
+        let instances: u32 = self.apps.values().map(|a| a.spec.instances).sum();
+        info!(
+            event = "applied",
+            file = file_name,
+            generation = 1,
+            "applied {file_name}: {}, {}",
+            plural(self.apps.len(), "app"),
+            plural(instances as usize, "instance")
+        );
+        // Children that exited before the SIGCHLD stream existed.
+        self.reap();
+        loop {
+            self.converge();
+            if self.shutting_down && self.apps.values().all(|a| a.workers.is_empty()) {
+                break;
+            }
+            let wake = self.next_wake();
+            tokio::select! {
+                _ = children.recv() => self.reap(),
+                _ = interrupts.recv() => {
+                    if self.shutting_down {
+                        self.kill_everything();
+                    } else {
+                        self.begin_shutdown("SIGINT");
+                    }
+                }
+                _ = terminates.recv() => self.begin_shutdown("SIGTERM"),
+                _ = hangups.recv() => warn!("SIGHUP received; re-reading the file is not supported yet"),
+                _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => self.on_timer(),
+            }
+        }
+        self.finish();
+        Ok(())
+    }
+
+    fn begin_shutdown(&mut self, why: &str) {
+        if self.shutting_down {
+            return;
+        }
+        let running: usize = self
+            .apps
+            .values()
+            .map(|a| a.workers.iter().filter(|w| w.state.pid().is_some()).count())
+            .sum();
+        info!(event = "shutdown", signal = why, "{why}: stopping {running} processes (SIGINT again kills them at once)");
+        self.notify_systemd("STOPPING=1");
+        self.shutting_down = true;
+        for app in self.apps.values_mut() {
+            app.spec.instances = 0;
+            app.dirty = true;
+        }
+    }
+
+    /// The second SIGINT: SIGKILL every group now.
+    fn kill_everything(&mut self) {
+        warn!(event = "kill_all", "second SIGINT: killing every process group now");
+        let now = Instant::now();
+        for app in self.apps.values_mut() {
+            for worker in &mut app.workers {
+                let Some(pid) = worker.state.pid() else { continue };
+                if matches!(worker.state, State::Starting { .. } | State::Ready { .. }) {
+                    let _ = worker.stop(now, Duration::ZERO, AfterStop::Remove);
+                }
+                if matches!(worker.state, State::Stopping { killed: false, .. }) {
+                    let _ = worker.killed();
+                }
+                killpg(pid, libc::SIGKILL);
+            }
+        }
+    }
+
+    fn finish(self) {
+        info!(event = "exiting", "all processes stopped; exiting");
+        let undertaker = self.ctx.undertaker.dismiss();
+        let deadline = Instant::now() + UNDERTAKER_EXIT_WAIT;
+        while Instant::now() < deadline {
+            let mut status = 0;
+            // SAFETY: waiting for our own child.
+            let reaped = unsafe { libc::waitpid(undertaker, &mut status, libc::WNOHANG) };
+            if reaped != 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.ctx.sink.flush(Duration::from_secs(1));
+    }
+
+    fn next_wake(&self) -> Instant {
+        let now = Instant::now();
+        let mut wake = self.last_full_pass + FULL_PASS_INTERVAL;
+        for app in self.apps.values() {
+            if let Some(at) = app.wake_at {
+                wake = wake.min(at);
+            }
+            let draining = app.workers.iter().any(|w| {
+                matches!(
+                    w.state,
+                    State::Stopping {
+                        leader_exit: Some(_),
+                        ..
+                    }
+                )
+            });
+            if draining {
+                wake = wake.min(now + GROUP_POLL_INTERVAL);
+            }
+        }
+        wake
+    }
+
+    fn on_timer(&mut self) {
+        let now = Instant::now();
+        let full = now >= self.last_full_pass + FULL_PASS_INTERVAL;
+        if full {
+            self.last_full_pass = now;
+        }
+        for app in self.apps.values_mut() {
+            if full || app.wake_at.is_some_and(|at| at <= now) {
+                app.dirty = true;
+            }
+        }
+        self.check_draining_groups();
+    }
+
+    /// Reconcile every dirty app until it has nothing left to do.
+    fn converge(&mut self) {
+        let names: Vec<String> = self
+            .apps
+            .iter()
+            .filter(|(_, a)| a.dirty)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in names {
+            for pass in 0.. {
+                let Some(app) = self.apps.get_mut(&name) else { break };
+                app.dirty = false;
+                let target = Target {
+                    spec: &app.spec,
+                    generation: app.generation,
+                    rollout_halted: app.rollout_halted,
+                };
+                let plan = reconcile::reconcile(target, &app.workers, Instant::now());
+                if plan.actions.is_empty() {
+                    app.wake_at = plan.wake_at;
+                    break;
+                }
+                if pass >= MAX_PASSES {
+                    error!(app = %name, "reconcile did not settle after {MAX_PASSES} passes: {:?}", plan.actions);
+                    app.wake_at = Some(Instant::now() + GROUP_POLL_INTERVAL);
+                    break;
+                }
+                for action in plan.actions {
+                    self.apply(&name, action);
+                }
+            }
+        }
+        self.maybe_report_ready();
+    }
+
+    fn worker_mut(&mut self, app: &str, id: WorkerId) -> Option<&mut Worker> {
+        self.apps.get_mut(app)?.workers.iter_mut().find(|w| w.id == id)
+    }
+
+    fn apply(&mut self, app_name: &str, action: Action) {
+        let now = Instant::now();
+        let Some(app) = self.apps.get_mut(app_name) else { return };
+        match action {
+            Action::Create { slot, generation } => {
+                app.workers.push(Worker::new(self.next_worker, slot, generation));
+                self.next_worker += 1;
+            }
+            Action::Start { id } => self.start(app_name, id),
+            Action::MarkReady { id } => {
+                let spawned_at = self.processes.values().find(|p| p.id == id).map(|p| p.spawned_at);
+                let Some(worker) = self.worker_mut(app_name, id) else { return };
+                let pid = worker.state.pid().unwrap_or(0);
+                let (slot, generation) = (worker.slot, worker.generation);
+                if worker.ready(now).is_ok() {
+                    let after = spawned_at.map(|t| short_duration(now - t)).unwrap_or_default();
+                    info!(event = "ready", app = app_name, slot, pid, generation, "{} is ready (pid {pid}, after {after})", label(app_name, slot));
+                }
+            }
+            Action::Stop { id, reason, then } => {
+                let signal = app.spec.stop_signal;
+                let kill_timeout = app.spec.kill_timeout;
+                let Some(worker) = self.worker_mut(app_name, id) else { return };
+                let Some(pid) = worker.state.pid() else { return };
+                let (slot, generation) = (worker.slot, worker.generation);
+                if worker.stop(now, kill_timeout, then).is_ok() {
+                    let why = match reason {
+                        StopReason::ScaleDown if self.shutting_down => "shutdown",
+                        StopReason::ScaleDown => "scale down",
+                        StopReason::Outdated => "replaced",
+                        StopReason::NotReady => "not ready in time",
+                    };
+                    info!(
+                        event = "stopping", app = app_name, slot, pid, generation, reason = why,
+                        "{} stopping ({why}): {} to process group {pid}", label(app_name, slot), signal.as_str()
+                    );
+                    killpg(pid, signal as i32);
+                }
+            }
+            Action::Kill { id } => {
+                let kill_timeout = app.spec.kill_timeout;
+                let Some(worker) = self.worker_mut(app_name, id) else { return };
+                let Some(pid) = worker.state.pid() else { return };
+                let slot = worker.slot;
+                if worker.killed().is_ok() {
+                    warn!(
+                        event = "killing", app = app_name, slot, pid,
+                        "{} did not stop within kill_timeout {}: SIGKILL to process group {pid}",
+                        label(app_name, slot), short_duration(kill_timeout)
+                    );
+                    killpg(pid, libc::SIGKILL);
+                }
+            }
+            Action::Remove { id } => {
+                app.workers.retain(|w| w.id != id);
+                let generations: Vec<u64> = app.workers.iter().map(|w| w.generation).collect();
+                let current = app.generation;
+                app.definitions.retain(|g, _| *g == current || generations.contains(g));
+            }
+            Action::HaltRollout { generation, slot } => {
+                app.rollout_halted = true;
+                error!(
+                    event = "rollout_halted", app = app_name, slot, generation,
+                    "{app_name}: rollout halted: the replacement for slot {slot} failed; the old instances keep serving"
+                );
+            }
+        }
+    }
+
+    /// Fork and exec the process of worker `id`.
+    fn start(&mut self, app_name: &str, id: WorkerId) {
+        let now = Instant::now();
+        let Some(app) = self.apps.get(app_name) else { return };
+        let Some(worker) = app.workers.iter().find(|w| w.id == id) else { return };
+        let (slot, generation) = (worker.slot, worker.generation);
+        let Some(definition) = app.definitions.get(&generation).cloned() else {
+            error!(app = app_name, generation, "no definition for generation {generation}");
+            return;
+        };
+        let readiness = app.spec.ready.clone();
+        let rules = app.spec.restart_rules();
+        let mut fds = Vec::with_capacity(definition.listen.len());
+        let mut bound = Vec::with_capacity(definition.listen.len());
+        for listen in &definition.listen {
+            match self.sockets.ensure(&listen.address) {
+                Ok((fd, local)) => {
+                    fds.push(fd);
+                    bound.push(local);
+                }
+                Err(error) => {
+                    error!(app = app_name, "{error}");
+                    let errno = libc::EADDRINUSE;
+                    self.record_start_failure(app_name, id, errno, &error.to_string(), now, &rules);
+                    return;
+                }
+            }
+        }
+        let request = SpawnRequest {
+            app: app_name,
+            slot,
+            process: &definition,
+            readiness: &readiness,
+            listen_fds: &fds,
+            listen_bound: &bound,
+            notify_socket: None,
+            base_env: &self.ctx.base_env,
+            nofile_soft: self.ctx.nofile_soft,
+        };
+        match spawn::spawn(&request) {
+            Ok(spawned) => {
+                let pid = spawned.pid;
+                if let Some(worker) = self.worker_mut(app_name, id) {
+                    let _ = worker.started(pid, now);
+                }
+                if let Err(error) = self.ctx.undertaker.watch(pid) {
+                    warn!("cannot tell the undertaker about process group {pid}: {error}");
+                }
+                let source = Source {
+                    app: app_name.into(),
+                    slot,
+                };
+                let format = self.ctx.format;
+                tokio::spawn(output::pump(spawned.stdout, source.clone(), Stream::Stdout, self.ctx.sink.clone(), format));
+                tokio::spawn(output::pump(spawned.stderr, source, Stream::Stderr, self.ctx.sink.clone(), format));
+                self.processes.insert(
+                    pid,
+                    ProcessHandle {
+                        app: app_name.to_string(),
+                        id,
+                        spawned_at: now,
+                        exec_status: spawned.exec_status,
+                    },
+                );
+                info!(event = "spawned", app = app_name, slot, pid, generation, "{} started (pid {pid})", label(app_name, slot));
+            }
+            Err(error) => {
+                let errno = error.errno;
+                self.record_start_failure(app_name, id, errno, &error.to_string(), now, &rules);
+            }
+        }
+    }
+
+    fn record_start_failure(
+        &mut self,
+        app_name: &str,
+        id: WorkerId,
+        errno: i32,
+        why: &str,
+        now: Instant,
+        rules: &crate::worker::RestartRules,
+    ) {
+        let Some(worker) = self.worker_mut(app_name, id) else { return };
+        let slot = worker.slot;
+        let generation = worker.generation;
+        if let Ok(decision) = worker.start_failed(errno, now, rules) {
+            let what = describe_decision(&decision);
+            warn!(
+                event = "start_failed", app = app_name, slot, generation, errno,
+                "{} failed to start: {why}; {what}", label(app_name, slot)
+            );
+        }
+    }
+
+    /// Reap every child that has exited and feed the exits to their workers.
+    fn reap(&mut self) {
+        loop {
+            let mut status = 0;
+            // SAFETY: waitpid with a valid status pointer; -1 = any child.
+            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+            if pid <= 0 {
+                break;
+            }
+            let exit = if libc::WIFEXITED(status) {
+                Exit::Code(libc::WEXITSTATUS(status))
+            } else if libc::WIFSIGNALED(status) {
+                Exit::Signal {
+                    signal: libc::WTERMSIG(status),
+                    core: libc::WCOREDUMP(status),
+                }
+            } else {
+                continue;
+            };
+            self.on_exit(pid, exit);
+        }
+        self.check_draining_groups();
+    }
+
+    fn on_exit(&mut self, pid: i32, exit: Exit) {
+        let now = Instant::now();
+        let Some(process) = self.processes.remove(&pid) else {
+            if pid == self.ctx.undertaker.pid() {
+                error!(event = "undertaker_died", "the undertaker (pid {pid}) {exit}; workers may outlive a crash of the supervisor");
+            } else {
+                debug!(pid, "reaped adopted process {pid} ({exit})");
+            }
+            return;
+        };
+        let exec_errno = spawn::exec_error(&process.exec_status);
+        let ran = now - process.spawned_at;
+        let app_name = process.app.clone();
+        let Some(app) = self.apps.get_mut(&app_name) else { return };
+        let rules = app.spec.restart_rules();
+        app.dirty = true;
+        let Some(worker) = app.workers.iter_mut().find(|w| w.id == process.id) else { return };
+        let (slot, generation) = (worker.slot, worker.generation);
+        let stopping = matches!(worker.state, State::Stopping { .. });
+        if let (Some(errno), false) = (exec_errno, stopping) {
+            // exec itself failed: a failed start, not an exit of the program.
+            if let Ok(decision) = worker.exec_failed(errno, now, &rules) {
+                warn!(
+                    event = "start_failed", app = %app_name, slot, pid, generation, errno,
+                    "{} failed to start: exec: {}; {}", label(&app_name, slot),
+                    nix::errno::Errno::from_raw(errno).desc(), describe_decision(&decision)
+                );
+            }
+            self.forget_group(pid);
+            return;
+        }
+        match worker.exited(exit, now, &rules) {
+            Ok(Some(decision)) => {
+                let (code, signal) = exit_fields(exit);
+                info!(
+                    event = "exited", app = %app_name, slot, pid, generation, code, signal,
+                    "{} {exit} after {}; {}", label(&app_name, slot), short_duration(ran), describe_decision(&decision)
+                );
+                // The leader is gone; anything left of its group must not linger.
+                if group_alive(pid) {
+                    let count = procfs::group_members(pid);
+                    killpg(pid, libc::SIGKILL);
+                    warn!(
+                        event = "group_killed", app = %app_name, slot, pid, count,
+                        "{}: killed {count} leftover processes of its group", label(&app_name, slot)
+                    );
+                }
+                self.forget_group(pid);
+            }
+            Ok(None) => {}
+            Err(error) => error!("{error}"),
+        }
+    }
+
+    /// Complete the stops whose leader is reaped and whose group is empty.
+    fn check_draining_groups(&mut self) {
+        let now = Instant::now();
+        let mut done = Vec::new();
+        for (name, app) in &self.apps {
+            for worker in &app.workers {
+                if let State::Stopping {
+                    pid,
+                    leader_exit: Some(_),
+                    ..
+                } = worker.state
+                    && !group_alive(pid)
+                {
+                    done.push((name.clone(), worker.id, pid));
+                }
+            }
+        }
+        for (name, id, pid) in done {
+            let Some(app) = self.apps.get_mut(&name) else { continue };
+            let rules = app.spec.restart_rules();
+            app.dirty = true;
+            let Some(index) = app.workers.iter().position(|w| w.id == id) else { continue };
+            let worker = &mut app.workers[index];
+            let (slot, generation) = (worker.slot, worker.generation);
+            let State::Stopping {
+                since,
+                killed,
+                leader_exit,
+                ..
+            } = worker.state.clone()
+            else {
+                continue;
+            };
+            let took = short_duration(now - since);
+            let how = match (killed, leader_exit) {
+                (true, _) => "killed with SIGKILL".to_string(),
+                (false, Some(exit)) => format!("{exit}"),
+                (false, None) => "gone".to_string(),
+            };
+            match worker.group_empty(now, &rules) {
+                Ok(None) => {
+                    app.workers.remove(index);
+                    info!(
+                        event = "stopped", app = %name, slot, pid, generation, killed,
+                        "{} stopped in {took} ({how})", label(&name, slot)
+                    );
+                }
+                Ok(Some(decision)) => {
+                    info!(
+                        event = "stopped", app = %name, slot, pid, generation, killed,
+                        "{} stopped in {took} ({how}); {}", label(&name, slot), describe_decision(&decision)
+                    );
+                }
+                Err(error) => error!("{error}"),
+            }
+            let generations: Vec<u64> = app.workers.iter().map(|w| w.generation).collect();
+            let current = app.generation;
+            app.definitions.retain(|g, _| *g == current || generations.contains(g));
+            self.forget_group(pid);
+        }
+    }
+
+    fn forget_group(&mut self, pgid: i32) {
+        if let Err(error) = self.ctx.undertaker.forget(pgid) {
+            debug!("cannot tell the undertaker to forget {pgid}: {error}");
+        }
+    }
+
+    /// Tell systemd we are ready once every wanted instance is ready (once).
+    fn maybe_report_ready(&mut self) {
+        if self.sent_ready || self.shutting_down {
+            return;
+        }
+        let all_ready = self.apps.values().all(|app| {
+            (0..app.spec.instances).all(|slot| {
+                app.workers
+                    .iter()
+                    .any(|w| w.slot == slot && matches!(w.state, State::Ready { .. }))
+            })
+        });
+        if all_ready {
+            self.sent_ready = true;
+            info!(event = "all_ready", "every instance is ready");
+            self.notify_systemd("READY=1");
+        }
+    }
+
+    fn notify_systemd(&self, state: &str) {
+        if let Some(systemd) = &self.ctx.systemd
+            && let Err(error) = systemd.notify(state)
+        {
+            warn!("cannot notify systemd ({state}): {error}");
+        }
+    }
+
+}
+
+fn describe_decision(decision: &Decision) -> String {
+    match decision {
+        Decision::Restart { attempt, delay } => format!("restart {attempt} in {}", short_duration(*delay)),
+        Decision::GiveUp { restarts, within } => format!(
+            "{restarts} restarts within {}: giving up (failed)",
+            short_duration(*within)
+        ),
+        Decision::Done => "not restarted (restart policy)".to_string(),
+    }
+}
+
+fn exit_fields(exit: Exit) -> (Option<i32>, Option<&'static str>) {
+    match exit {
+        Exit::Code(code) => (Some(code), None),
+        Exit::Signal { signal, .. } => (
+            None,
+            nix::sys::signal::Signal::try_from(signal).ok().map(|s| s.as_str()),
+        ),
+    }
+}
+
+/// Send `signal` to process group `pgid` (ESRCH — already empty — is fine).
+fn killpg(pgid: i32, signal: i32) {
+    if pgid > 1 {
+        // SAFETY: signalling a process group we created; pgid > 1 so never "all".
+        unsafe {
+            libc::kill(-pgid, signal);
+        }
+    }
+}
+
+/// Does process group `pgid` still have a member (`kill(-pgid, 0)` ≠ ESRCH)?
+/// EPERM means it exists but belongs to another user.
+fn group_alive(pgid: i32) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    pgid > 1
+        && (unsafe { libc::kill(-pgid, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+}
