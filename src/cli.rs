@@ -209,7 +209,11 @@ pub fn run(cli: &Cli) -> ExitCode {
     // Whatever we inherited beyond stdio must not leak into workers.
     // SAFETY: marks fds close-on-exec; no memory is touched.
     unsafe {
-        libc::close_range(3, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC as libc::c_int);
+        libc::close_range(
+            3,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC as libc::c_int,
+        );
     }
     let path = match ecosystem_path(cli.file.as_deref()) {
         Ok(path) => path,
@@ -261,7 +265,9 @@ pub fn run(cli: &Cli) -> ExitCode {
     let undertaker = match Undertaker::start() {
         Ok(undertaker) => undertaker,
         Err(error) => {
-            err(&format!("error: cannot start the undertaker process: {error}\n"));
+            err(&format!(
+                "error: cannot start the undertaker process: {error}\n"
+            ));
             return ExitCode::from(exit::INVALID);
         }
     };
@@ -275,7 +281,11 @@ pub fn run(cli: &Cli) -> ExitCode {
         }
     };
     let sink = LogSink::start(std::io::stdout());
-    let verbosity = if cli.quiet { -1 } else { cli.verbose.min(2) as i8 };
+    let verbosity = if cli.quiet {
+        -1
+    } else {
+        cli.verbose.min(2) as i8
+    };
     logging::init(sink.clone(), format, verbosity);
     if !rendered.is_empty() {
         sink.send(rendered.into_bytes());
@@ -288,7 +298,10 @@ pub fn run(cli: &Cli) -> ExitCode {
         nofile_soft,
         systemd: SystemdNotifier::from_env(std::env::var_os("NOTIFY_SOCKET")),
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(error) => {
             err(&format!("error: cannot start the event loop: {error}\n"));
@@ -296,7 +309,8 @@ pub fn run(cli: &Cli) -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
-        let supervisor = Supervisor::new(&desired, ctx).map_err(|(app, error)| format!("app {app}: {error}"))?;
+        let supervisor =
+            Supervisor::new(&desired, ctx).map_err(|(app, error)| format!("app {app}: {error}"))?;
         supervisor.run(&shown).await.map_err(|e| e.to_string())
     });
     drop(lock);

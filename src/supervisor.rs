@@ -19,11 +19,11 @@ use tokio::signal::unix::{SignalKind, signal};
 use tracing::{debug, error, info, warn};
 
 use crate::effects::output::{self, LogFormat, LogSink, Source, Stream};
+use crate::effects::procfs;
 use crate::effects::sockets::{BindError, SocketRegistry};
 use crate::effects::spawn::{self, SpawnRequest};
 use crate::effects::systemd::SystemdNotifier;
 use crate::effects::undertaker::Undertaker;
-use crate::effects::procfs;
 use crate::reconcile::{self, Action, StopReason, Target};
 use crate::spec::{AppSpec, Desired, ProcessDefinition};
 use crate::worker::{AfterStop, Decision, Exit, State, Worker, WorkerId};
@@ -49,11 +49,15 @@ pub struct Context {
 }
 
 /// The environment workers inherit: ours, without what describes *our* sockets.
-pub fn worker_base_env(vars: impl IntoIterator<Item = (OsString, OsString)>) -> Vec<(OsString, OsString)> {
+pub fn worker_base_env(
+    vars: impl IntoIterator<Item = (OsString, OsString)>,
+) -> Vec<(OsString, OsString)> {
     vars.into_iter()
         .filter(|(name, _)| {
             let name = name.as_bytes();
-            name != b"NOTIFY_SOCKET" && !name.starts_with(b"LISTEN_") && !name.starts_with(b"WATCHDOG_")
+            name != b"NOTIFY_SOCKET"
+                && !name.starts_with(b"LISTEN_")
+                && !name.starts_with(b"WATCHDOG_")
         })
         .collect()
 }
@@ -199,7 +203,11 @@ impl Supervisor {
             .values()
             .map(|a| a.workers.iter().filter(|w| w.state.pid().is_some()).count())
             .sum();
-        info!(event = "shutdown", signal = why, "{why}: stopping {running} processes (SIGINT again kills them at once)");
+        info!(
+            event = "shutdown",
+            signal = why,
+            "{why}: stopping {running} processes (SIGINT again kills them at once)"
+        );
         self.notify_systemd("STOPPING=1");
         self.shutting_down = true;
         for app in self.apps.values_mut() {
@@ -210,11 +218,16 @@ impl Supervisor {
 
     /// The second SIGINT: SIGKILL every group now.
     fn kill_everything(&mut self) {
-        warn!(event = "kill_all", "second SIGINT: killing every process group now");
+        warn!(
+            event = "kill_all",
+            "second SIGINT: killing every process group now"
+        );
         let now = Instant::now();
         for app in self.apps.values_mut() {
             for worker in &mut app.workers {
-                let Some(pid) = worker.state.pid() else { continue };
+                let Some(pid) = worker.state.pid() else {
+                    continue;
+                };
                 if matches!(worker.state, State::Starting { .. } | State::Ready { .. }) {
                     let _ = worker.stop(now, Duration::ZERO, AfterStop::Remove);
                 }
@@ -289,7 +302,9 @@ impl Supervisor {
             .collect();
         for name in names {
             for pass in 0.. {
-                let Some(app) = self.apps.get_mut(&name) else { break };
+                let Some(app) = self.apps.get_mut(&name) else {
+                    break;
+                };
                 app.dirty = false;
                 let target = Target {
                     spec: &app.spec,
@@ -315,33 +330,60 @@ impl Supervisor {
     }
 
     fn worker_mut(&mut self, app: &str, id: WorkerId) -> Option<&mut Worker> {
-        self.apps.get_mut(app)?.workers.iter_mut().find(|w| w.id == id)
+        self.apps
+            .get_mut(app)?
+            .workers
+            .iter_mut()
+            .find(|w| w.id == id)
     }
 
     fn apply(&mut self, app_name: &str, action: Action) {
         let now = Instant::now();
-        let Some(app) = self.apps.get_mut(app_name) else { return };
+        let Some(app) = self.apps.get_mut(app_name) else {
+            return;
+        };
         match action {
             Action::Create { slot, generation } => {
-                app.workers.push(Worker::new(self.next_worker, slot, generation));
+                app.workers
+                    .push(Worker::new(self.next_worker, slot, generation));
                 self.next_worker += 1;
             }
             Action::Start { id } => self.start(app_name, id),
             Action::MarkReady { id } => {
-                let spawned_at = self.processes.values().find(|p| p.id == id).map(|p| p.spawned_at);
-                let Some(worker) = self.worker_mut(app_name, id) else { return };
+                let spawned_at = self
+                    .processes
+                    .values()
+                    .find(|p| p.id == id)
+                    .map(|p| p.spawned_at);
+                let Some(worker) = self.worker_mut(app_name, id) else {
+                    return;
+                };
                 let pid = worker.state.pid().unwrap_or(0);
                 let (slot, generation) = (worker.slot, worker.generation);
                 if worker.ready(now).is_ok() {
-                    let after = spawned_at.map(|t| short_duration(now - t)).unwrap_or_default();
-                    info!(event = "ready", app = app_name, slot, pid, generation, "{} is ready (pid {pid}, after {after})", label(app_name, slot));
+                    let after = spawned_at
+                        .map(|t| short_duration(now - t))
+                        .unwrap_or_default();
+                    info!(
+                        event = "ready",
+                        app = app_name,
+                        slot,
+                        pid,
+                        generation,
+                        "{} is ready (pid {pid}, after {after})",
+                        label(app_name, slot)
+                    );
                 }
             }
             Action::Stop { id, reason, then } => {
                 let signal = app.spec.stop_signal;
                 let kill_timeout = app.spec.kill_timeout;
-                let Some(worker) = self.worker_mut(app_name, id) else { return };
-                let Some(pid) = worker.state.pid() else { return };
+                let Some(worker) = self.worker_mut(app_name, id) else {
+                    return;
+                };
+                let Some(pid) = worker.state.pid() else {
+                    return;
+                };
                 let (slot, generation) = (worker.slot, worker.generation);
                 if worker.stop(now, kill_timeout, then).is_ok() {
                     let why = match reason {
@@ -351,22 +393,37 @@ impl Supervisor {
                         StopReason::NotReady => "not ready in time",
                     };
                     info!(
-                        event = "stopping", app = app_name, slot, pid, generation, reason = why,
-                        "{} stopping ({why}): {} to process group {pid}", label(app_name, slot), signal.as_str()
+                        event = "stopping",
+                        app = app_name,
+                        slot,
+                        pid,
+                        generation,
+                        reason = why,
+                        "{} stopping ({why}): {} to process group {pid}",
+                        label(app_name, slot),
+                        signal.as_str()
                     );
                     killpg(pid, signal as i32);
                 }
             }
             Action::Kill { id } => {
                 let kill_timeout = app.spec.kill_timeout;
-                let Some(worker) = self.worker_mut(app_name, id) else { return };
-                let Some(pid) = worker.state.pid() else { return };
+                let Some(worker) = self.worker_mut(app_name, id) else {
+                    return;
+                };
+                let Some(pid) = worker.state.pid() else {
+                    return;
+                };
                 let slot = worker.slot;
                 if worker.killed().is_ok() {
                     warn!(
-                        event = "killing", app = app_name, slot, pid,
+                        event = "killing",
+                        app = app_name,
+                        slot,
+                        pid,
                         "{} did not stop within kill_timeout {}: SIGKILL to process group {pid}",
-                        label(app_name, slot), short_duration(kill_timeout)
+                        label(app_name, slot),
+                        short_duration(kill_timeout)
                     );
                     killpg(pid, libc::SIGKILL);
                 }
@@ -375,12 +432,16 @@ impl Supervisor {
                 app.workers.retain(|w| w.id != id);
                 let generations: Vec<u64> = app.workers.iter().map(|w| w.generation).collect();
                 let current = app.generation;
-                app.definitions.retain(|g, _| *g == current || generations.contains(g));
+                app.definitions
+                    .retain(|g, _| *g == current || generations.contains(g));
             }
             Action::HaltRollout { generation, slot } => {
                 app.rollout_halted = true;
                 error!(
-                    event = "rollout_halted", app = app_name, slot, generation,
+                    event = "rollout_halted",
+                    app = app_name,
+                    slot,
+                    generation,
                     "{app_name}: rollout halted: the replacement for slot {slot} failed; the old instances keep serving"
                 );
             }
@@ -390,11 +451,18 @@ impl Supervisor {
     /// Fork and exec the process of worker `id`.
     fn start(&mut self, app_name: &str, id: WorkerId) {
         let now = Instant::now();
-        let Some(app) = self.apps.get(app_name) else { return };
-        let Some(worker) = app.workers.iter().find(|w| w.id == id) else { return };
+        let Some(app) = self.apps.get(app_name) else {
+            return;
+        };
+        let Some(worker) = app.workers.iter().find(|w| w.id == id) else {
+            return;
+        };
         let (slot, generation) = (worker.slot, worker.generation);
         let Some(definition) = app.definitions.get(&generation).cloned() else {
-            error!(app = app_name, generation, "no definition for generation {generation}");
+            error!(
+                app = app_name,
+                generation, "no definition for generation {generation}"
+            );
             return;
         };
         let readiness = app.spec.ready.clone();
@@ -440,8 +508,20 @@ impl Supervisor {
                     slot,
                 };
                 let format = self.ctx.format;
-                tokio::spawn(output::pump(spawned.stdout, source.clone(), Stream::Stdout, self.ctx.sink.clone(), format));
-                tokio::spawn(output::pump(spawned.stderr, source, Stream::Stderr, self.ctx.sink.clone(), format));
+                tokio::spawn(output::pump(
+                    spawned.stdout,
+                    source.clone(),
+                    Stream::Stdout,
+                    self.ctx.sink.clone(),
+                    format,
+                ));
+                tokio::spawn(output::pump(
+                    spawned.stderr,
+                    source,
+                    Stream::Stderr,
+                    self.ctx.sink.clone(),
+                    format,
+                ));
                 self.processes.insert(
                     pid,
                     ProcessHandle {
@@ -451,7 +531,15 @@ impl Supervisor {
                         exec_status: spawned.exec_status,
                     },
                 );
-                info!(event = "spawned", app = app_name, slot, pid, generation, "{} started (pid {pid})", label(app_name, slot));
+                info!(
+                    event = "spawned",
+                    app = app_name,
+                    slot,
+                    pid,
+                    generation,
+                    "{} started (pid {pid})",
+                    label(app_name, slot)
+                );
             }
             Err(error) => {
                 let errno = error.errno;
@@ -469,14 +557,25 @@ impl Supervisor {
         now: Instant,
         rules: &crate::worker::RestartRules,
     ) {
-        let Some(worker) = self.worker_mut(app_name, id) else { return };
+        let Some(worker) = self.worker_mut(app_name, id) else {
+            return;
+        };
         let slot = worker.slot;
         let generation = worker.generation;
         if let Ok(decision) = worker.start_failed(errno, now, rules) {
             let what = describe_decision(&decision);
+            let (decision_name, attempt, delay_ms) = decision_fields(&decision);
             warn!(
-                event = "start_failed", app = app_name, slot, generation, errno,
-                "{} failed to start: {why}; {what}", label(app_name, slot)
+                event = "start_failed",
+                app = app_name,
+                slot,
+                generation,
+                errno,
+                decision = decision_name,
+                attempt,
+                delay_ms,
+                "{} failed to start: {why}; {what}",
+                label(app_name, slot)
             );
         }
     }
@@ -509,7 +608,10 @@ impl Supervisor {
         let now = Instant::now();
         let Some(process) = self.processes.remove(&pid) else {
             if pid == self.ctx.undertaker.pid() {
-                error!(event = "undertaker_died", "the undertaker (pid {pid}) {exit}; workers may outlive a crash of the supervisor");
+                error!(
+                    event = "undertaker_died",
+                    "the undertaker (pid {pid}) {exit}; workers may outlive a crash of the supervisor"
+                );
             } else {
                 debug!(pid, "reaped adopted process {pid} ({exit})");
             }
@@ -518,17 +620,23 @@ impl Supervisor {
         let exec_errno = spawn::exec_error(&process.exec_status);
         let ran = now - process.spawned_at;
         let app_name = process.app.clone();
-        let Some(app) = self.apps.get_mut(&app_name) else { return };
+        let Some(app) = self.apps.get_mut(&app_name) else {
+            return;
+        };
         let rules = app.spec.restart_rules();
         app.dirty = true;
-        let Some(worker) = app.workers.iter_mut().find(|w| w.id == process.id) else { return };
+        let Some(worker) = app.workers.iter_mut().find(|w| w.id == process.id) else {
+            return;
+        };
         let (slot, generation) = (worker.slot, worker.generation);
         let stopping = matches!(worker.state, State::Stopping { .. });
         if let (Some(errno), false) = (exec_errno, stopping) {
             // exec itself failed: a failed start, not an exit of the program.
             if let Ok(decision) = worker.exec_failed(errno, now, &rules) {
+                let (decision_name, attempt, delay_ms) = decision_fields(&decision);
                 warn!(
                     event = "start_failed", app = %app_name, slot, pid, generation, errno,
+                    decision = decision_name, attempt, delay_ms,
                     "{} failed to start: exec: {}; {}", label(&app_name, slot),
                     nix::errno::Errno::from_raw(errno).desc(), describe_decision(&decision)
                 );
@@ -539,8 +647,10 @@ impl Supervisor {
         match worker.exited(exit, now, &rules) {
             Ok(Some(decision)) => {
                 let (code, signal) = exit_fields(exit);
+                let (decision_name, attempt, delay_ms) = decision_fields(&decision);
                 info!(
                     event = "exited", app = %app_name, slot, pid, generation, code, signal,
+                    decision = decision_name, attempt, delay_ms,
                     "{} {exit} after {}; {}", label(&app_name, slot), short_duration(ran), describe_decision(&decision)
                 );
                 // The leader is gone; anything left of its group must not linger.
@@ -577,10 +687,14 @@ impl Supervisor {
             }
         }
         for (name, id, pid) in done {
-            let Some(app) = self.apps.get_mut(&name) else { continue };
+            let Some(app) = self.apps.get_mut(&name) else {
+                continue;
+            };
             let rules = app.spec.restart_rules();
             app.dirty = true;
-            let Some(index) = app.workers.iter().position(|w| w.id == id) else { continue };
+            let Some(index) = app.workers.iter().position(|w| w.id == id) else {
+                continue;
+            };
             let worker = &mut app.workers[index];
             let (slot, generation) = (worker.slot, worker.generation);
             let State::Stopping {
@@ -607,8 +721,10 @@ impl Supervisor {
                     );
                 }
                 Ok(Some(decision)) => {
+                    let (decision_name, attempt, delay_ms) = decision_fields(&decision);
                     info!(
                         event = "stopped", app = %name, slot, pid, generation, killed,
+                        decision = decision_name, attempt, delay_ms,
                         "{} stopped in {took} ({how}); {}", label(&name, slot), describe_decision(&decision)
                     );
                 }
@@ -616,7 +732,8 @@ impl Supervisor {
             }
             let generations: Vec<u64> = app.workers.iter().map(|w| w.generation).collect();
             let current = app.generation;
-            app.definitions.retain(|g, _| *g == current || generations.contains(g));
+            app.definitions
+                .retain(|g, _| *g == current || generations.contains(g));
             self.forget_group(pid);
         }
     }
@@ -653,12 +770,24 @@ impl Supervisor {
             warn!("cannot notify systemd ({state}): {error}");
         }
     }
+}
 
+/// A decision as event fields: (`decision`, `attempt`, `delay_ms`).
+fn decision_fields(decision: &Decision) -> (&'static str, Option<u32>, Option<u64>) {
+    match decision {
+        Decision::Restart { attempt, delay } => {
+            ("restart", Some(*attempt), Some(delay.as_millis() as u64))
+        }
+        Decision::GiveUp { .. } => ("failed", None, None),
+        Decision::Done => ("done", None, None),
+    }
 }
 
 fn describe_decision(decision: &Decision) -> String {
     match decision {
-        Decision::Restart { attempt, delay } => format!("restart {attempt} in {}", short_duration(*delay)),
+        Decision::Restart { attempt, delay } => {
+            format!("restart {attempt} in {}", short_duration(*delay))
+        }
         Decision::GiveUp { restarts, within } => format!(
             "{restarts} restarts within {}: giving up (failed)",
             short_duration(*within)
@@ -672,7 +801,9 @@ fn exit_fields(exit: Exit) -> (Option<i32>, Option<&'static str>) {
         Exit::Code(code) => (Some(code), None),
         Exit::Signal { signal, .. } => (
             None,
-            nix::sys::signal::Signal::try_from(signal).ok().map(|s| s.as_str()),
+            nix::sys::signal::Signal::try_from(signal)
+                .ok()
+                .map(|s| s.as_str()),
         ),
     }
 }

@@ -245,9 +245,16 @@ impl Worker {
 
     /// Its process was forked but `exec` failed (the errno came back through
     /// the status pipe): a failed start, not an exit of the program.
-    pub fn exec_failed(&mut self, errno: i32, now: Instant, rules: &RestartRules) -> Result<Decision, IllegalTransition> {
+    pub fn exec_failed(
+        &mut self,
+        errno: i32,
+        now: Instant,
+        rules: &RestartRules,
+    ) -> Result<Decision, IllegalTransition> {
         match self.state {
-            State::Starting { .. } => Ok(self.run_ended(Outcome::StartFailed { errno }, now, rules)),
+            State::Starting { .. } => {
+                Ok(self.run_ended(Outcome::StartFailed { errno }, now, rules))
+            }
             _ => Err(self.illegal("fail to exec")),
         }
     }

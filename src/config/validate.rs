@@ -313,7 +313,11 @@ impl<'a> AppContext<'a> {
         if entries.len() > crate::effects::spawn::MAX_LISTEN_FDS {
             reporter.error(
                 &path,
-                format!("{} listening sockets is more than the limit of {}", entries.len(), crate::effects::spawn::MAX_LISTEN_FDS),
+                format!(
+                    "{} listening sockets is more than the limit of {}",
+                    entries.len(),
+                    crate::effects::spawn::MAX_LISTEN_FDS
+                ),
             );
             return Vec::new();
         }

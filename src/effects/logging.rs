@@ -11,10 +11,10 @@ use std::io::{self, Write};
 use std::time::SystemTime;
 
 use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, MakeWriter};
 use tracing_subscriber::registry::LookupSpan;
-use tracing_subscriber::EnvFilter;
 
 use super::output::{LogFormat, LogSink};
 
@@ -77,7 +77,12 @@ where
     S: Subscriber + for<'a> LookupSpan<'a>,
     N: for<'a> FormatFields<'a> + 'static,
 {
-    fn format_event(&self, _: &FmtContext<'_, S, N>, mut writer: Writer<'_>, event: &Event<'_>) -> fmt::Result {
+    fn format_event(
+        &self,
+        _: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
         let mut message = MessageOnly(String::new());
         event.record(&mut message);
         let stamp = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
@@ -103,7 +108,9 @@ pub fn init(sink: LogSink, format: LogFormat, verbosity: i8) {
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(SinkWriter(sink));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(SinkWriter(sink));
     let result = match format {
         LogFormat::Human { .. } => builder.event_format(HumanFormat).try_init(),
         LogFormat::Json => builder

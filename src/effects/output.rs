@@ -9,7 +9,7 @@
 use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
 use std::time::{Duration, SystemTime};
 
@@ -17,6 +17,8 @@ use tokio::io::AsyncReadExt;
 
 /// Lines waiting for the terminal; beyond this they are dropped (and counted).
 pub const LOG_QUEUE_LINES: usize = 8192;
+/// Bytes waiting for the terminal, whatever the line count; beyond, dropped.
+pub const LOG_QUEUE_BYTES: usize = 4 * 1024 * 1024;
 /// A longer line is cut here and marked.
 pub const MAX_LINE_BYTES: usize = 64 * 1024;
 /// How much one read from a worker's pipe takes.
@@ -33,6 +35,8 @@ enum Message {
 pub struct LogSink {
     queue: SyncSender<Message>,
     dropped: Arc<AtomicU64>,
+    /// Bytes queued and not yet written.
+    queued_bytes: Arc<AtomicUsize>,
 }
 
 impl LogSink {
@@ -40,24 +44,34 @@ impl LogSink {
     pub fn start(out: impl Write + Send + 'static) -> LogSink {
         let (queue, lines) = sync_channel(LOG_QUEUE_LINES);
         let dropped = Arc::new(AtomicU64::new(0));
+        let queued_bytes = Arc::new(AtomicUsize::new(0));
         let counter = Arc::clone(&dropped);
+        let bytes = Arc::clone(&queued_bytes);
         let spawned = std::thread::Builder::new()
             .name("supervise-log".into())
-            .spawn(move || write_lines(lines, out, &counter));
+            .spawn(move || write_lines(lines, out, &counter, &bytes));
         if spawned.is_err() {
             // Without a writer every line counts as dropped; nothing else breaks.
             dropped.store(1, Ordering::Relaxed);
         }
-        LogSink { queue, dropped }
+        LogSink {
+            queue,
+            dropped,
+            queued_bytes,
+        }
     }
 
     /// Queue one line (with its newline). Never blocks.
     pub fn send(&self, line: Vec<u8>) {
-        match self.queue.try_send(Message::Line(line)) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-            }
+        let len = line.len();
+        if self.queued_bytes.fetch_add(len, Ordering::Relaxed) + len > LOG_QUEUE_BYTES {
+            self.queued_bytes.fetch_sub(len, Ordering::Relaxed);
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if self.queue.try_send(Message::Line(line)).is_err() {
+            self.queued_bytes.fetch_sub(len, Ordering::Relaxed);
+            self.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -88,7 +102,12 @@ impl LogSink {
 /// How often, at most, the writer reports dropped lines.
 const DROP_REPORT_INTERVAL: Duration = Duration::from_secs(1);
 
-fn write_lines(lines: Receiver<Message>, mut out: impl Write, dropped: &AtomicU64) {
+fn write_lines(
+    lines: Receiver<Message>,
+    mut out: impl Write,
+    dropped: &AtomicU64,
+    queued_bytes: &AtomicUsize,
+) {
     let mut reported = 0;
     let mut last_report = std::time::Instant::now();
     loop {
@@ -102,6 +121,7 @@ fn write_lines(lines: Receiver<Message>, mut out: impl Write, dropped: &AtomicU6
                 if out.write_all(&line).is_err() {
                     dropped.fetch_add(1, Ordering::Relaxed);
                 }
+                queued_bytes.fetch_sub(line.len(), Ordering::Relaxed);
             }
             Message::Flush(ack) => {
                 let _ = out.flush();
@@ -152,7 +172,9 @@ pub struct Source {
 
 /// A stable colour per app name (ANSI 31–36).
 fn colour_of(app: &str) -> u8 {
-    let hash = app.bytes().fold(5381u32, |h, b| h.wrapping_mul(33) ^ u32::from(b));
+    let hash = app
+        .bytes()
+        .fold(5381u32, |h, b| h.wrapping_mul(33) ^ u32::from(b));
     31 + (hash % 6) as u8
 }
 
@@ -162,7 +184,15 @@ pub fn render_line(source: &Source, stream: Stream, line: &[u8], format: LogForm
         LogFormat::Human { colour } => {
             let mut out = Vec::with_capacity(line.len() + source.app.len() + 16);
             if colour {
-                out.extend_from_slice(format!("\x1b[{}m{}.{} |\x1b[0m ", colour_of(&source.app), source.app, source.slot).as_bytes());
+                out.extend_from_slice(
+                    format!(
+                        "\x1b[{}m{}.{} |\x1b[0m ",
+                        colour_of(&source.app),
+                        source.app,
+                        source.slot
+                    )
+                    .as_bytes(),
+                );
             } else {
                 out.extend_from_slice(format!("{}.{} | ", source.app, source.slot).as_bytes());
             }
@@ -277,7 +307,10 @@ mod tests {
 
     #[test]
     fn splits_lines_across_chunks() {
-        assert_eq!(split(&[b"a\nb", b"c\n", b"d"]), [b"a".to_vec(), b"bc".to_vec(), b"d".to_vec()]);
+        assert_eq!(
+            split(&[b"a\nb", b"c\n", b"d"]),
+            [b"a".to_vec(), b"bc".to_vec(), b"d".to_vec()]
+        );
         assert_eq!(split(&[b"\n\n"]), [b"".to_vec(), b"".to_vec()]);
     }
 
@@ -296,10 +329,23 @@ mod tests {
 
     #[test]
     fn human_lines_are_prefixed_and_json_lines_are_records() {
-        let source = Source { app: "web".into(), slot: 2 };
-        let human = render_line(&source, Stream::Stdout, b"hello", LogFormat::Human { colour: false });
+        let source = Source {
+            app: "web".into(),
+            slot: 2,
+        };
+        let human = render_line(
+            &source,
+            Stream::Stdout,
+            b"hello",
+            LogFormat::Human { colour: false },
+        );
         assert_eq!(human, b"web.2 | hello\n");
-        let coloured = render_line(&source, Stream::Stdout, b"hello", LogFormat::Human { colour: true });
+        let coloured = render_line(
+            &source,
+            Stream::Stdout,
+            b"hello",
+            LogFormat::Human { colour: true },
+        );
         assert!(coloured.starts_with(b"\x1b[3"));
         let json = render_line(&source, Stream::Stderr, b"oops \xff", LogFormat::Json);
         let record: serde_json::Value = serde_json::from_slice(&json).unwrap();

@@ -7,8 +7,17 @@ pub fn group_members(pgid: i32) -> usize {
     };
     entries
         .flatten()
-        .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
-        .filter(|e| std::fs::read_to_string(e.path().join("stat")).ok().and_then(|s| stat_pgrp(&s)) == Some(pgid))
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("stat"))
+                .ok()
+                .and_then(|s| stat_pgrp(&s))
+                == Some(pgid)
+        })
         .count()
 }
 

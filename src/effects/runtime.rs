@@ -33,7 +33,12 @@ pub fn ensure_runtime_dir(dir: &Path) -> io::Result<()> {
     match std::fs::DirBuilder::new().mode(0o700).create(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(io::Error::new(e.kind(), format!("cannot create {}: {e}", dir.display()))),
+        Err(e) => {
+            return Err(io::Error::new(
+                e.kind(),
+                format!("cannot create {}: {e}", dir.display()),
+            ));
+        }
     }
     let metadata = std::fs::symlink_metadata(dir)?;
     // SAFETY: geteuid has no preconditions.
@@ -51,7 +56,10 @@ pub fn ensure_runtime_dir(dir: &Path) -> io::Result<()> {
         return refuse(&format!("it is owned by uid {}, not {uid}", metadata.uid()));
     }
     if metadata.permissions().mode() & 0o077 != 0 {
-        return refuse(&format!("its mode is {:o}; it must be 0700", metadata.permissions().mode() & 0o777));
+        return refuse(&format!(
+            "its mode is {:o}; it must be 0700",
+            metadata.permissions().mode() & 0o777
+        ));
     }
     Ok(())
 }
@@ -75,7 +83,11 @@ pub struct FileLock {
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
     #[error("{file} is already supervised by pid {pid} (lock {lock})")]
-    Held { file: String, pid: String, lock: String },
+    Held {
+        file: String,
+        pid: String,
+        lock: String,
+    },
     #[error("cannot lock {0}: {1}")]
     Io(String, io::Error),
 }
@@ -155,7 +167,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let runtime = dir.path().join("rt");
         ensure_runtime_dir(&runtime).unwrap();
-        assert_eq!(std::fs::metadata(&runtime).unwrap().permissions().mode() & 0o777, 0o700);
+        assert_eq!(
+            std::fs::metadata(&runtime).unwrap().permissions().mode() & 0o777,
+            0o700
+        );
         std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o755)).unwrap();
         assert!(ensure_runtime_dir(&runtime).is_err());
         let link = dir.path().join("link");

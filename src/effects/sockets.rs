@@ -65,7 +65,13 @@ impl SocketRegistry {
         };
         let fd = OwnedFd::from(socket);
         let raw = fd.as_raw_fd();
-        self.sockets.insert(address.clone(), Bound { fd, local: local.clone() });
+        self.sockets.insert(
+            address.clone(),
+            Bound {
+                fd,
+                local: local.clone(),
+            },
+        );
         Ok((raw, local))
     }
 
@@ -170,7 +176,12 @@ mod tests {
         let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let address = ListenAddress::Tcp(taken.local_addr().unwrap());
         let error = SocketRegistry::default().ensure(&address).unwrap_err();
-        assert!(error.to_string().contains(&taken.local_addr().unwrap().to_string()), "{error}");
+        assert!(
+            error
+                .to_string()
+                .contains(&taken.local_addr().unwrap().to_string()),
+            "{error}"
+        );
     }
 
     #[test]
@@ -181,10 +192,16 @@ mod tests {
         drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
         let mut registry = SocketRegistry::default();
         registry.ensure(&address).expect("a stale file is replaced");
-        assert!(SocketRegistry::default().ensure(&address).is_err(), "a live socket is kept");
+        assert!(
+            SocketRegistry::default().ensure(&address).is_err(),
+            "a live socket is kept"
+        );
         registry.retain(&[]);
         assert!(!path.exists());
         std::fs::write(&path, "data").unwrap();
-        assert!(SocketRegistry::default().ensure(&address).is_err(), "a regular file is never removed");
+        assert!(
+            SocketRegistry::default().ensure(&address).is_err(),
+            "a regular file is never removed"
+        );
     }
 }

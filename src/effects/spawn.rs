@@ -71,7 +71,12 @@ fn error(errno: i32, context: impl Into<String>) -> SpawnError {
 }
 
 fn last_errno(context: &str) -> SpawnError {
-    error(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO), context)
+    error(
+        std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO),
+        context,
+    )
 }
 
 /// The worker's environment (DESIGN.md §2): the supervisor's own, then the
@@ -87,8 +92,16 @@ pub fn worker_env(request: &SpawnRequest) -> IndexMap<OsString, OsString> {
     env.insert("SUPERVISE_INSTANCE".into(), slot.clone().into());
     env.insert("NODE_APP_INSTANCE".into(), slot.into());
     if !request.process.listen.is_empty() {
-        env.insert("LISTEN_FDS".into(), request.process.listen.len().to_string().into());
-        let names: Vec<&str> = request.process.listen.iter().map(|l| l.name.as_str()).collect();
+        env.insert(
+            "LISTEN_FDS".into(),
+            request.process.listen.len().to_string().into(),
+        );
+        let names: Vec<&str> = request
+            .process
+            .listen
+            .iter()
+            .map(|l| l.name.as_str())
+            .collect();
         env.insert("LISTEN_FDNAMES".into(), names.join(":").into());
         let port = request.listen_bound.iter().find_map(|a| match a {
             ListenAddress::Tcp(address) => Some(address.port()),
@@ -111,7 +124,11 @@ pub fn worker_env(request: &SpawnRequest) -> IndexMap<OsString, OsString> {
 
 /// Find the program the way `execvp` would, but before the fork: relative to
 /// `cwd` when it contains a `/`, else along the worker's `PATH`.
-pub fn resolve_program(program: &str, cwd: &Path, path: Option<&OsStr>) -> Result<PathBuf, SpawnError> {
+pub fn resolve_program(
+    program: &str,
+    cwd: &Path,
+    path: Option<&OsStr>,
+) -> Result<PathBuf, SpawnError> {
     use nix::unistd::{AccessFlags, access};
     if program.contains('/') {
         let candidate = cwd.join(program);
@@ -174,7 +191,10 @@ const LISTEN_PID_BUFFER: usize = LISTEN_PID_PREFIX.len() + 21;
 
 fn prepare(request: &SpawnRequest) -> Result<Prepared, SpawnError> {
     if request.listen_fds.len() > MAX_LISTEN_FDS {
-        return Err(error(libc::EMFILE, format!("more than {MAX_LISTEN_FDS} listening sockets")));
+        return Err(error(
+            libc::EMFILE,
+            format!("more than {MAX_LISTEN_FDS} listening sockets"),
+        ));
     }
     let env = worker_env(request);
     let argv: Vec<String> = request
@@ -183,7 +203,9 @@ fn prepare(request: &SpawnRequest) -> Result<Prepared, SpawnError> {
         .iter()
         .map(|a| a.expand(request.slot))
         .collect();
-    let program_name = argv.first().ok_or_else(|| error(libc::EINVAL, "empty command"))?;
+    let program_name = argv
+        .first()
+        .ok_or_else(|| error(libc::EINVAL, "empty command"))?;
     let program = resolve_program(
         program_name,
         &request.process.cwd,
@@ -217,8 +239,13 @@ fn prepare(request: &SpawnRequest) -> Result<Prepared, SpawnError> {
         Some(Identity { user, uid, gid, .. }) => {
             let name = cstring(user.as_bytes(), "the user name")?;
             let groups = nix::unistd::getgrouplist(&name, nix::unistd::Gid::from_raw(*gid))
-                .map_err(|errno| error(errno as i32, format!("cannot list the groups of {user}")))?;
-            (groups.into_iter().map(|g| g.as_raw()).collect(), Some((*uid, *gid)))
+                .map_err(|errno| {
+                    error(errno as i32, format!("cannot list the groups of {user}"))
+                })?;
+            (
+                groups.into_iter().map(|g| g.as_raw()).collect(),
+                Some((*uid, *gid)),
+            )
         }
         None => (Vec::new(), None),
     };
@@ -242,7 +269,12 @@ pub fn spawn(request: &SpawnRequest) -> Result<Spawned, SpawnError> {
     let (stdout_read, stdout_write) = pipe()?;
     let (stderr_read, stderr_write) = pipe()?;
     let (status_read, status_write) = pipe()?;
-    let devnull = std::fs::File::open("/dev/null").map_err(|e| error(e.raw_os_error().unwrap_or(libc::EIO), "cannot open /dev/null"))?;
+    let devnull = std::fs::File::open("/dev/null").map_err(|e| {
+        error(
+            e.raw_os_error().unwrap_or(libc::EIO),
+            "cannot open /dev/null",
+        )
+    })?;
     let listen_fds: Vec<RawFd> = request.listen_fds.to_vec();
     let listen_pid_ptr: *mut u8 = prepared
         .listen_pid
@@ -283,7 +315,9 @@ pub fn spawn(request: &SpawnRequest) -> Result<Spawned, SpawnError> {
         // that the fork copied and nothing else touches.
         unsafe { child.exec() }
     }
-    let fork_errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+    let fork_errno = std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO);
     // SAFETY: restoring the mask saved above.
     unsafe {
         libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut());
@@ -351,22 +385,30 @@ impl ChildPlan<'_> {
             libc::sigemptyset(&mut empty);
             libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
 
-            if let Some((uid, gid)) = self.identity {
-                if libc::setgroups(self.groups.len(), self.groups.as_ptr()) != 0
+            if let Some((uid, gid)) = self.identity
+                && (libc::setgroups(self.groups.len(), self.groups.as_ptr()) != 0
                     || libc::setgid(gid) != 0
-                    || libc::setuid(uid) != 0
-                {
-                    self.fail();
-                }
+                    || libc::setuid(uid) != 0)
+            {
+                self.fail();
             }
             // After any uid change (which clears it). If the supervisor died
             // before this line, we were already reparented: give up.
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+            libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            );
             if libc::getppid() != self.parent {
                 libc::_exit(1);
             }
 
-            if libc::dup2(self.stdin, 0) < 0 || libc::dup2(self.stdout, 1) < 0 || libc::dup2(self.stderr, 2) < 0 {
+            if libc::dup2(self.stdin, 0) < 0
+                || libc::dup2(self.stdout, 1) < 0
+                || libc::dup2(self.stderr, 2) < 0
+            {
                 self.fail();
             }
             // Listening sockets go to 3, 4, …: first move every source above
@@ -483,7 +525,10 @@ mod tests {
             nofile_soft: 1024,
         };
         let env = worker_env(&request);
-        let get = |k: &str| env.get(OsStr::new(k)).map(|v| v.to_str().unwrap().to_string());
+        let get = |k: &str| {
+            env.get(OsStr::new(k))
+                .map(|v| v.to_str().unwrap().to_string())
+        };
         assert_eq!(get("A").as_deref(), Some("from-file"));
         assert_eq!(get("KEEP").as_deref(), Some("1"));
         assert_eq!(get("SLOT").as_deref(), Some("11"));
@@ -494,7 +539,11 @@ mod tests {
         assert_eq!(get("LISTEN_FDNAMES").as_deref(), Some("http"));
         assert_eq!(get("PORT").as_deref(), Some("4321"));
         assert_eq!(get("NOTIFY_SOCKET").as_deref(), Some("@supervise-notify"));
-        assert_eq!(get("LISTEN_PID"), None, "the child writes LISTEN_PID itself");
+        assert_eq!(
+            get("LISTEN_PID"),
+            None,
+            "the child writes LISTEN_PID itself"
+        );
     }
 
     #[test]
@@ -509,8 +558,21 @@ mod tests {
     #[test]
     fn programs_resolve_like_execvp() {
         let cwd = Path::new("/");
-        assert_eq!(resolve_program("sh", cwd, Some(OsStr::new("/nonexistent:/bin"))).unwrap(), PathBuf::from("/bin/sh"));
-        assert_eq!(resolve_program("no-such-program-x", cwd, Some(OsStr::new("/bin"))).unwrap_err().errno, libc::ENOENT);
-        assert_eq!(resolve_program("./etc/passwd", cwd, None).unwrap_err().errno, libc::EACCES);
+        assert_eq!(
+            resolve_program("sh", cwd, Some(OsStr::new("/nonexistent:/bin"))).unwrap(),
+            PathBuf::from("/bin/sh")
+        );
+        assert_eq!(
+            resolve_program("no-such-program-x", cwd, Some(OsStr::new("/bin")))
+                .unwrap_err()
+                .errno,
+            libc::ENOENT
+        );
+        assert_eq!(
+            resolve_program("./etc/passwd", cwd, None)
+                .unwrap_err()
+                .errno,
+            libc::EACCES
+        );
     }
 }

@@ -77,10 +77,22 @@ fn run(read: OwnedFd) -> ! {
     // SAFETY: plain system calls in our own, single-threaded child.
     unsafe {
         libc::setsid();
-        for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGPIPE] {
+        for signal in [
+            libc::SIGINT,
+            libc::SIGTERM,
+            libc::SIGHUP,
+            libc::SIGQUIT,
+            libc::SIGPIPE,
+        ] {
             libc::signal(signal, libc::SIG_IGN);
         }
-        libc::prctl(libc::PR_SET_NAME, c"supervise-undo".as_ptr() as libc::c_ulong, 0, 0, 0);
+        libc::prctl(
+            libc::PR_SET_NAME,
+            c"supervise-undo".as_ptr() as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
         let devnull = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
         if devnull >= 0 {
             libc::dup2(devnull, 0);
@@ -103,7 +115,10 @@ fn run(read: OwnedFd) -> ! {
             Ok(0) | Err(_) => break,
             Ok(_) => {
                 let entry = line.trim();
-                match (entry.get(..1), entry.get(1..).and_then(|n| n.parse::<i32>().ok())) {
+                match (
+                    entry.get(..1),
+                    entry.get(1..).and_then(|n| n.parse::<i32>().ok()),
+                ) {
                     (Some("+"), Some(pgid)) if pgid > 1 => {
                         groups.insert(pgid);
                     }

@@ -1,0 +1,338 @@
+//! A real supervisor under test: writes an ecosystem file into a temp dir,
+//! runs `supervise --log-format json -f` on it, and lets the test wait for its
+//! event lines. Dropping it SIGKILLs the supervisor (by pid) — the undertaker
+//! then kills every worker group — so a failing test leaves nothing behind.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// How long any single wait may take before the test fails.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+pub struct Supervised {
+    pub child: Child,
+    pub dir: tempfile::TempDir,
+    lines: Receiver<Value>,
+    /// Every event received so far, in order.
+    pub events: Vec<Value>,
+    /// Indices of events already returned by `wait_for`.
+    claimed: std::collections::HashSet<usize>,
+    /// Lines that were not JSON (the supervisor's diagnostics, panics).
+    pub stderr_path: PathBuf,
+}
+
+/// A private XDG_RUNTIME_DIR inside `dir`, so each test has its own lock.
+pub fn runtime_dir(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::DirBuilderExt;
+    let runtime = dir.join("run");
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(&runtime);
+    runtime
+}
+
+pub fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_supervise"))
+}
+
+impl Supervised {
+    /// Start a supervisor on `yaml`, written as `ecosystem.yaml` in a fresh dir.
+    pub fn start(yaml: &str) -> Supervised {
+        Supervised::start_with(yaml, &[], |_| {})
+    }
+
+    /// Like [`Supervised::start`], with extra arguments and a hook to prepare
+    /// the directory (fixture scripts) and the command (environment).
+    pub fn start_with(yaml: &str, args: &[&str], prepare: impl FnOnce(&Path)) -> Supervised {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("ecosystem.yaml"), yaml).expect("write ecosystem.yaml");
+        prepare(dir.path());
+        let runtime = runtime_dir(dir.path());
+        let stderr_path = dir.path().join("supervise.stderr");
+        let stderr = std::fs::File::create(&stderr_path).expect("stderr file");
+        let mut child = Command::new(binary())
+            .current_dir(dir.path())
+            .args(["--log-format", "json", "-f", "ecosystem.yaml"])
+            .args(args)
+            .env("XDG_RUNTIME_DIR", &runtime)
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .expect("supervise starts");
+        let stdout = child.stdout.take().expect("stdout");
+        let (send, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).split(b'\n').map_while(Result::ok) {
+                if let Ok(value) = serde_json::from_slice::<Value>(&line)
+                    && send.send(value).is_err()
+                {
+                    break;
+                }
+            }
+        });
+        Supervised {
+            child,
+            dir,
+            lines,
+            events: Vec::new(),
+            claimed: Default::default(),
+            stderr_path,
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The first event matching `predicate` that no earlier call returned,
+    /// whether it already arrived or is still to come. Repeated calls with the
+    /// same predicate return successive matches.
+    pub fn wait_for(&mut self, what: &str, predicate: impl Fn(&Value) -> bool) -> Value {
+        self.wait_for_within(WAIT, what, predicate)
+            .unwrap_or_else(|| panic!("timed out waiting for {what}\n{}", self.dump()))
+    }
+
+    /// Like [`Supervised::wait_for`], but `None` on timeout.
+    pub fn wait_for_within(
+        &mut self,
+        limit: Duration,
+        _what: &str,
+        predicate: impl Fn(&Value) -> bool,
+    ) -> Option<Value> {
+        if let Some(index) = (0..self.events.len())
+            .find(|i| !self.claimed.contains(i) && predicate(&self.events[*i]))
+        {
+            self.claimed.insert(index);
+            return Some(self.events[index].clone());
+        }
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(event) => {
+                    self.events.push(event.clone());
+                    if predicate(&event) {
+                        self.claimed.insert(self.events.len() - 1);
+                        return Some(event);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// Wait for event `name` of `app` (any slot).
+    pub fn wait_event(&mut self, name: &str, app: &str) -> Value {
+        self.wait_for(&format!("{name} of {app}"), |e| {
+            e["event"] == name && e["app"] == app
+        })
+    }
+
+    /// The next *new* event matching `predicate` within `limit` (history ignored):
+    /// for asserting that something does not happen any more.
+    pub fn next_within(
+        &mut self,
+        limit: Duration,
+        predicate: impl Fn(&Value) -> bool,
+    ) -> Option<Value> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(event) => {
+                    self.events.push(event.clone());
+                    if predicate(&event) {
+                        return Some(event);
+                    }
+                }
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// Wait until `count` events named `name` of `app` have been seen in all.
+    pub fn wait_count(&mut self, name: &str, app: &str, count: usize) {
+        let deadline = Instant::now() + WAIT;
+        while self.count(name, app) < count {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(event) => self.events.push(event),
+                Err(_) => panic!(
+                    "timed out waiting for {count} {name} of {app}\n{}",
+                    self.dump()
+                ),
+            }
+        }
+    }
+
+    pub fn count(&self, name: &str, app: &str) -> usize {
+        self.events
+            .iter()
+            .filter(|e| e["event"] == name && e["app"] == app)
+            .count()
+    }
+
+    /// Pids of currently running workers of `app`, by spawned/exited/stopped events.
+    pub fn running_pids(&self, app: &str) -> Vec<i32> {
+        let mut pids: Vec<i32> = Vec::new();
+        for e in self.events.iter().filter(|e| e["app"] == app) {
+            let Some(pid) = e["pid"].as_i64().map(|p| p as i32) else {
+                continue;
+            };
+            match e["event"].as_str() {
+                Some("spawned") => pids.push(pid),
+                Some("exited") | Some("stopped") | Some("start_failed") => {
+                    pids.retain(|p| *p != pid)
+                }
+                _ => {}
+            }
+        }
+        pids
+    }
+
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: signalling the supervisor we started, by its pid.
+        unsafe {
+            libc::kill(self.pid(), signal);
+        }
+    }
+
+    /// Wait for the supervisor to exit on its own.
+    pub fn wait_exit(&mut self, limit: Duration) -> ExitStatus {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                // Collect what it printed last, up to the end of its output.
+                while let Ok(event) = self.lines.recv_timeout(WAIT) {
+                    self.events.push(event);
+                }
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "supervise did not exit\n{}",
+                self.dump()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    pub fn dump(&self) -> String {
+        let mut text = String::from("events:\n");
+        for e in &self.events {
+            text.push_str(&format!("  {e}\n"));
+        }
+        text.push_str(&format!("stderr:\n{}", self.stderr()));
+        text
+    }
+}
+
+impl Drop for Supervised {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A process's state letter from /proc (`None` once it is gone).
+pub fn process_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
+}
+
+/// Gone, or a zombie (this machine's PID 1 may not reap orphans).
+pub fn is_gone(pid: i32) -> bool {
+    matches!(process_state(pid), None | Some('Z'))
+}
+
+/// The children of `pid`, from /proc.
+pub fn children_of(pid: i32) -> Vec<i32> {
+    let mut children = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return children;
+    };
+    for entry in entries.flatten() {
+        let Some(candidate) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{candidate}/stat")) else {
+            continue;
+        };
+        let Some(close) = stat.rfind(')') else {
+            continue;
+        };
+        let ppid = stat[close + 1..]
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse::<i32>().ok());
+        if ppid == Some(pid) {
+            children.push(candidate);
+        }
+    }
+    children
+}
+
+/// Every descendant of `pid`.
+pub fn descendants_of(pid: i32) -> Vec<i32> {
+    let mut all = Vec::new();
+    let mut frontier = vec![pid];
+    while let Some(next) = frontier.pop() {
+        for child in children_of(next) {
+            all.push(child);
+            frontier.push(child);
+        }
+    }
+    all
+}
+
+/// Poll `condition` every 10 ms for up to `limit`; true if it became true.
+pub fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if condition() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Milliseconds since the epoch of an event's `timestamp`.
+pub fn timestamp_ms(event: &Value) -> f64 {
+    let text = event["timestamp"].as_str().expect("timestamp");
+    let time = humantime::parse_rfc3339_weak(text).expect("rfc3339");
+    time.duration_since(std::time::UNIX_EPOCH)
+        .expect("after epoch")
+        .as_secs_f64()
+        * 1000.0
+}

@@ -1,0 +1,590 @@
+//! The supervisor core against real processes: restarts, backoff, stopping,
+//! process groups, the undertaker, fd hygiene, LISTEN_PID, output floods.
+//! Every wait is on an event (a log line, a file, /proc), never a lucky sleep.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn starts(s: &Supervised) -> Vec<u128> {
+    std::fs::read_to_string(s.path("starts"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| l.trim().parse::<u128>().expect("nanoseconds"))
+        .collect()
+}
+
+#[test]
+fn a_crashing_worker_restarts_on_the_backoff_schedule_never_early() {
+    let mut s = Supervised::start(
+        r#"
+apps:
+  crash:
+    command: [sh, -c, "date +%s%N >> starts; exit 1"]
+    backoff: {initial: 100ms, max: 400ms, factor: 2}
+"#,
+    );
+    s.wait_count("spawned", "crash", 6);
+    let decisions: Vec<u64> = s
+        .events
+        .iter()
+        .filter(|e| e["event"] == "exited")
+        .map(|e| e["delay_ms"].as_u64().expect("a restart delay"))
+        .collect();
+    assert_eq!(
+        &decisions[..5],
+        [100, 200, 400, 400, 400],
+        "the logged schedule"
+    );
+    assert!(
+        eventually(WAIT, || starts(&s).len() >= 6),
+        "{:?}",
+        starts(&s)
+    );
+    let starts = starts(&s);
+    for (i, pair) in starts.windows(2).take(5).enumerate() {
+        let gap_ms = (pair[1] - pair[0]) as f64 / 1e6;
+        let delay = decisions[i] as f64;
+        assert!(
+            gap_ms >= delay,
+            "restart {} after {gap_ms:.1}ms, before its {delay}ms delay",
+            i + 1
+        );
+        assert!(
+            gap_ms <= delay + 1000.0,
+            "restart {} after {gap_ms:.1}ms, long after {delay}ms",
+            i + 1
+        );
+    }
+}
+
+#[test]
+fn max_restarts_gives_up_after_exactly_count_restarts() {
+    let mut s = Supervised::start(
+        r#"
+apps:
+  flaky:
+    command: [sh, -c, "exit 3"]
+    backoff: {initial: 20ms, factor: 1}
+    max_restarts: {count: 3, within: 1m}
+"#,
+    );
+    let failed = s.wait_for("the give-up", |e| {
+        e["event"] == "exited" && e["decision"] == "failed"
+    });
+    assert_eq!(failed["code"], 3);
+    assert_eq!(
+        s.count("spawned", "flaky"),
+        4,
+        "the first start and exactly 3 restarts"
+    );
+    // A restart, if one were coming, would come after 20ms; wait 50 times that.
+    let more = s.next_within(Duration::from_secs(1), |e| e["event"] == "spawned");
+    assert!(more.is_none(), "a failed worker is not restarted: {more:?}");
+}
+
+#[test]
+fn restart_policies_decide_by_exit() {
+    let mut s = Supervised::start(
+        r#"
+apps:
+  on-failure-ok:
+    command: [sh, -c, "exit 0"]
+    restart: on-failure
+  never-failing:
+    command: [sh, -c, "exit 1"]
+    restart: never
+  always-ok:
+    command: [sh, -c, "exit 0"]
+    restart: always
+    backoff: {initial: 10ms}
+"#,
+    );
+    for app in ["on-failure-ok", "never-failing"] {
+        let exited = s.wait_event("exited", app);
+        assert_eq!(exited["decision"], "done", "{app}: {exited}");
+    }
+    s.wait_count("spawned", "always-ok", 3);
+    assert_eq!(s.count("spawned", "on-failure-ok"), 1);
+    assert_eq!(s.count("spawned", "never-failing"), 1);
+}
+
+#[test]
+fn a_worker_that_ignores_sigterm_is_killed_at_kill_timeout() {
+    let mut s = Supervised::start(
+        r#"
+apps:
+  stubborn:
+    command: [sh, -c, "trap '' TERM; echo armed; while :; do sleep 0.05; done"]
+    kill_timeout: 1s
+    ready: none
+"#,
+    );
+    s.wait_for("armed", |e| e["event"] == "output" && e["line"] == "armed");
+    s.signal(libc::SIGTERM);
+    let stopping = s.wait_event("stopping", "stubborn");
+    let stopped = s.wait_event("stopped", "stubborn");
+    assert_eq!(stopped["killed"], true);
+    let took = timestamp_ms(&stopped) - timestamp_ms(&stopping);
+    assert!(
+        took >= 1000.0,
+        "SIGKILL after {took}ms, before kill_timeout"
+    );
+    assert!(took < 3000.0, "SIGKILL after {took}ms");
+    assert!(s.wait_exit(WAIT).success());
+}
+
+#[test]
+fn stopping_waits_for_the_whole_group_and_leaves_no_grandchild() {
+    let mut s = Supervised::start(
+        r#"
+apps:
+  parent:
+    command: [sh, -c, "sleep 1000 & echo started; wait"]
+    ready: none
+  drainer:
+    shell: true
+    command: sh -c 'trap "sleep 1; echo drained; exit 0" TERM; echo trapping; while :; do sleep 0.05; done'
+    ready: none
+"#,
+    );
+    s.wait_for("the grandchild", |e| {
+        e["event"] == "output" && e["line"] == "started"
+    });
+    s.wait_for("the trap", |e| {
+        e["event"] == "output" && e["line"] == "trapping"
+    });
+    let leaders: Vec<i32> = ["parent", "drainer"]
+        .iter()
+        .flat_map(|a| s.running_pids(a))
+        .collect();
+    let tree: Vec<i32> = leaders
+        .iter()
+        .flat_map(|p| descendants_of(*p))
+        .chain(leaders.clone())
+        .collect();
+    assert!(
+        tree.len() >= 5,
+        "leaders, the sleep and the inner shell: {tree:?}"
+    );
+    s.signal(libc::SIGTERM);
+    let stopped = s.wait_for("drainer stopped", |e| {
+        e["event"] == "stopped" && e["app"] == "drainer"
+    });
+    assert_eq!(stopped["killed"], false);
+    assert!(
+        s.events
+            .iter()
+            .any(|e| e["event"] == "output" && e["line"] == "drained"),
+        "the program drained although its shell died first\n{}",
+        s.dump()
+    );
+    assert!(s.wait_exit(WAIT).success());
+    for pid in tree {
+        assert!(is_gone(pid), "{pid} survived the stop");
+    }
+}
+
+#[test]
+fn sigkill_of_the_supervisor_leaves_no_process_of_its_tree() {
+    let mut s = Supervised::start(
+        r#"
+apps:
+  family:
+    command: [sh, -c, "sleep 1000 & sleep 1000 & echo up; wait"]
+    instances: 2
+    ready: none
+"#,
+    );
+    s.wait_count("spawned", "family", 2);
+    s.wait_for("up", |e| e["event"] == "output" && e["line"] == "up");
+    s.wait_for("up", |e| e["event"] == "output" && e["line"] == "up");
+    let tree = descendants_of(s.pid());
+    assert!(tree.len() >= 7, "undertaker, 2 shells, 4 sleeps: {tree:?}");
+    s.signal(libc::SIGKILL);
+    let start = Instant::now();
+    let all_gone = eventually(Duration::from_secs(5), || tree.iter().all(|p| is_gone(*p)));
+    println!(
+        "the whole tree was gone {:?} after SIGKILL",
+        start.elapsed()
+    );
+    let left: Vec<i32> = tree.iter().copied().filter(|p| !is_gone(*p)).collect();
+    assert!(all_gone, "survivors: {left:?}");
+}
+
+#[test]
+fn no_zombies_after_200_crash_restarts() {
+    let mut s = Supervised::start(
+        r#"
+apps:
+  churn:
+    command: [sh, -c, "true & exit 1"]
+    backoff: {initial: 1ms, max: 1ms, factor: 1}
+    max_restarts: {count: 200, within: 1h}
+"#,
+    );
+    s.wait_for("the give-up", |e| {
+        e["event"] == "exited" && e["decision"] == "failed"
+    });
+    assert_eq!(s.count("spawned", "churn"), 201);
+    let zombies = || -> Vec<i32> {
+        children_of(s.pid())
+            .into_iter()
+            .filter(|p| process_state(*p) == Some('Z'))
+            .collect()
+    };
+    let first = zombies();
+    std::thread::sleep(Duration::from_millis(200));
+    let second = zombies();
+    let lasting: Vec<&i32> = first.iter().filter(|p| second.contains(p)).collect();
+    assert!(
+        lasting.is_empty(),
+        "zombie children of the supervisor: {lasting:?}"
+    );
+}
+
+#[test]
+fn a_worker_sees_exactly_its_stdio_and_listening_sockets() {
+    let mut s = Supervised::start(
+        r#"
+apps:
+  flapper:
+    command: [sh, -c, "n=$(cat n 2>/dev/null || echo 0); echo $((n+1)) > n; [ $n -ge 50 ] && exec sleep 1000; exit 1"]
+    listen: 127.0.0.1:0
+    backoff: {initial: 1ms, max: 1ms, factor: 1}
+    ready: none
+"#,
+    );
+    s.wait_count("spawned", "flapper", 51);
+    let pid = s.running_pids("flapper")[0];
+    let read_fds = || -> BTreeSet<i32> {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert!(eventually(WAIT, || std::fs::read_link(format!(
+        "/proc/{pid}/exe"
+    ))
+    .is_ok_and(|e| e.ends_with("sleep"))));
+    assert_eq!(read_fds(), BTreeSet::from([0, 1, 2, 3]), "after 51 starts");
+    let stdin = std::fs::read_link(format!("/proc/{pid}/fd/0")).unwrap();
+    assert_eq!(stdin.to_str(), Some("/dev/null"));
+    let socket = std::fs::read_link(format!("/proc/{pid}/fd/3")).unwrap();
+    assert!(
+        socket.to_string_lossy().starts_with("socket:"),
+        "{socket:?}"
+    );
+}
+
+/// A receiver as strict as systemd's: LISTEN_PID must be our own pid.
+const STRICT_RECEIVER: &str = r#"
+import os, socket, sys
+if os.environ.get("LISTEN_PID") != str(os.getpid()) or os.environ.get("LISTEN_FDS") != "1":
+    print("refusing: LISTEN_PID", os.environ.get("LISTEN_PID"), "pid", os.getpid(), flush=True)
+    sys.exit(2)
+listener = socket.socket(fileno=3)
+print("accepting on", listener.getsockname()[1], "names", os.environ.get("LISTEN_FDNAMES"), flush=True)
+me = os.environ["SUPERVISE_INSTANCE"].encode()
+while True:
+    conn, _ = listener.accept()
+    conn.recv(1024)
+    conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\n" + me)
+    conn.close()
+"#;
+
+#[test]
+fn a_strict_receiver_accepts_the_socket_and_instances_share_the_port() {
+    let mut s = Supervised::start_with(
+        r#"
+apps:
+  strict:
+    command: [python3, receiver.py]
+    instances: 2
+    listen: {name: web, address: "127.0.0.1:0"}
+    ready: none
+"#,
+        &[],
+        |dir| std::fs::write(dir.join("receiver.py"), STRICT_RECEIVER).unwrap(),
+    );
+    let first = s.wait_for("accepting", |e| {
+        e["event"] == "output"
+            && e["line"]
+                .as_str()
+                .is_some_and(|l| l.starts_with("accepting"))
+    });
+    s.wait_for("accepting", |e| {
+        e["event"] == "output"
+            && e["line"]
+                .as_str()
+                .is_some_and(|l| l.starts_with("accepting"))
+    });
+    let line = first["line"].as_str().unwrap();
+    assert!(line.ends_with("names web"), "{line}");
+    let port: u16 = line.split_whitespace().nth(2).unwrap().parse().unwrap();
+    let mut served = BTreeSet::new();
+    for _ in 0..200 {
+        let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).expect("never refused");
+        conn.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+        let mut reply = String::new();
+        conn.read_to_string(&mut reply).unwrap();
+        served.insert(reply.chars().last().unwrap());
+        if served.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(
+        served,
+        BTreeSet::from(['0', '1']),
+        "both instances accept on the one port"
+    );
+}
+
+#[test]
+fn a_missing_program_is_a_failed_start_with_backoff() {
+    let mut s = Supervised::start_with(
+        r#"
+apps:
+  missing:
+    command: [no-such-program-anywhere]
+    backoff: {initial: 50ms, factor: 2}
+  not-executable:
+    command: [./script.sh]
+    backoff: {initial: 50ms, factor: 2}
+  healthy:
+    command: [sleep, "1000"]
+    ready: none
+"#,
+        &[],
+        |dir| std::fs::write(dir.join("script.sh"), "#!/bin/sh\n").unwrap(),
+    );
+    s.wait_count("start_failed", "missing", 3);
+    s.wait_count("start_failed", "not-executable", 2);
+    let failures: Vec<&serde_json::Value> = s
+        .events
+        .iter()
+        .filter(|e| e["event"] == "start_failed" && e["app"] == "missing")
+        .collect();
+    assert_eq!(failures[0]["errno"], libc::ENOENT);
+    assert_eq!(failures[0]["delay_ms"], 50);
+    assert_eq!(failures[1]["delay_ms"], 100);
+    assert!(
+        failures[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("No such file")
+    );
+    let denied = s
+        .events
+        .iter()
+        .find(|e| e["event"] == "start_failed" && e["app"] == "not-executable")
+        .unwrap();
+    assert_eq!(denied["errno"], libc::EACCES);
+    s.wait_count("ready", "healthy", 1);
+    assert!(
+        s.child.try_wait().unwrap().is_none(),
+        "the supervisor keeps running"
+    );
+}
+
+#[test]
+fn a_flood_of_output_keeps_memory_bounded() {
+    /// The bound we promise: the output queue (4 MiB) plus the process itself
+    /// (a debug build idles near 6 MiB).
+    const RSS_BOUND_KB: u64 = 32 * 1024;
+    let mut s = Supervised::start(
+        r#"
+apps:
+  flood:
+    command: [sh, -c, "yes 0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789 | head -c 50000000; echo done"]
+    restart: never
+"#,
+    );
+    s.wait_for("the flood to end", |e| {
+        e["event"] == "exited" && e["app"] == "flood"
+    });
+    let status = std::fs::read_to_string(format!("/proc/{}/status", s.pid())).unwrap();
+    let peak_kb: u64 = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    println!("supervisor peak RSS during a 50 MB flood: {peak_kb} kB");
+    assert!(peak_kb < RSS_BOUND_KB, "peak RSS {peak_kb} kB");
+}
+
+#[test]
+fn instances_get_their_slot_numbers() {
+    let mut s = Supervised::start(
+        r#"
+apps:
+  trio:
+    command: [sh, -c, "echo slot=$SUPERVISE_INSTANCE node=$NODE_APP_INSTANCE app=$SUPERVISE_APP; exec sleep 1000"]
+    instances: 3
+    ready: none
+"#,
+    );
+    let mut seen = BTreeSet::new();
+    while seen.len() < 3 {
+        let line = s.wait_for("a slot line", |e| {
+            e["event"] == "output" && e["app"] == "trio"
+        });
+        let slot = line["slot"].as_u64().unwrap();
+        assert_eq!(line["line"], format!("slot={slot} node={slot} app=trio"));
+        seen.insert(slot);
+    }
+    assert_eq!(seen, BTreeSet::from([0, 1, 2]));
+    assert_eq!(s.running_pids("trio").len(), 3);
+}
+
+#[test]
+fn one_supervisor_per_file() {
+    let mut s =
+        Supervised::start("apps:\n  one:\n    command: [sleep, \"1000\"]\n    ready: none\n");
+    s.wait_event("ready", "one");
+    let second = std::process::Command::new(binary())
+        .current_dir(s.dir.path())
+        .args(["-f", "ecosystem.yaml"])
+        .env("XDG_RUNTIME_DIR", s.path("run"))
+        .output()
+        .unwrap();
+    assert_eq!(second.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        stderr.contains(&format!("already supervised by pid {}", s.pid())),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_port_in_use_refuses_the_start_naming_app_and_address() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let mut s = Supervised::start(&format!(
+        "apps:\n  web:\n    command: [sleep, \"1000\"]\n    listen: 127.0.0.1:{port}\n"
+    ));
+    let status = s.wait_exit(WAIT);
+    assert_eq!(status.code(), Some(1));
+    let error = s
+        .events
+        .iter()
+        .find(|e| e["level"] == "ERROR")
+        .expect("an error event");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("app web") && message.contains(&format!("127.0.0.1:{port}")),
+        "{message}"
+    );
+    assert_eq!(s.count("spawned", "web"), 0);
+}
+
+#[test]
+fn an_invalid_file_is_refused_with_the_check_diagnostics() {
+    let yaml = "apps:\n  web:\n    command: sleep 1\n    instnces: 2\n";
+    let mut s = Supervised::start(yaml);
+    assert_eq!(s.wait_exit(WAIT).code(), Some(1));
+    let check = std::process::Command::new(binary())
+        .current_dir(s.dir.path())
+        .args(["check", "-f", "ecosystem.yaml"])
+        .output()
+        .unwrap();
+    let check_out = String::from_utf8_lossy(&check.stdout);
+    let diagnostics = check_out.rsplit_once("ecosystem.yaml: invalid").unwrap().0;
+    let stderr = s.stderr();
+    assert!(
+        stderr.starts_with(diagnostics),
+        "run:\n{stderr}\ncheck:\n{check_out}"
+    );
+    assert!(stderr.contains("nothing was started"));
+}
+
+#[test]
+fn human_output_prefixes_worker_lines_with_app_and_slot() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("ecosystem.yaml"),
+        "apps:\n  web:\n    command: [sh, -c, \"echo hello; echo oops >&2\"]\n    restart: never\n",
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(binary())
+        .current_dir(dir.path())
+        .env("XDG_RUNTIME_DIR", runtime_dir(dir.path()))
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut text = String::new();
+    let mut buffer = [0u8; 4096];
+    let deadline = Instant::now() + WAIT;
+    while !(text.contains("web.0 | hello")
+        && text.contains("web.0 | oops")
+        && text.contains("not restarted"))
+    {
+        assert!(Instant::now() < deadline, "{text}");
+        let n = stdout.read(&mut buffer).unwrap();
+        text.push_str(&String::from_utf8_lossy(&buffer[..n]));
+    }
+    // SAFETY: signalling the supervisor this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+    assert!(text.contains(" supervise | web.0 started (pid "), "{text}");
+    assert!(!text.contains('\x1b'), "no colour with NO_COLOR");
+}
+
+#[test]
+fn systemd_hears_ready_and_stopping() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket_path = dir.path().join("notify.sock");
+    let systemd = std::os::unix::net::UnixDatagram::bind(&socket_path).unwrap();
+    systemd.set_read_timeout(Some(WAIT)).unwrap();
+    std::fs::write(dir.path().join("ecosystem.yaml"), "apps:\n  web:\n    command: [sleep, \"1000\"]\n    instances: 2\n    ready: {delay: 200ms}\n").unwrap();
+    let mut child = std::process::Command::new(binary())
+        .current_dir(dir.path())
+        .env("XDG_RUNTIME_DIR", runtime_dir(dir.path()))
+        .env("NOTIFY_SOCKET", &socket_path)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut message = [0u8; 256];
+    let n = systemd.recv(&mut message).expect("READY=1 arrives");
+    assert_eq!(&message[..n], b"READY=1");
+    // SAFETY: signalling the supervisor this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let n = systemd.recv(&mut message).expect("STOPPING=1 arrives");
+    assert_eq!(&message[..n], b"STOPPING=1");
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn a_second_sigint_kills_everything_at_once() {
+    let mut s = Supervised::start(
+        r#"
+apps:
+  stubborn:
+    command: [sh, -c, "trap '' TERM INT; echo armed; while :; do sleep 0.05; done"]
+    kill_timeout: 1m
+    ready: none
+"#,
+    );
+    s.wait_for("armed", |e| e["event"] == "output" && e["line"] == "armed");
+    let pids = s.running_pids("stubborn");
+    s.signal(libc::SIGINT);
+    s.wait_event("stopping", "stubborn");
+    let start = Instant::now();
+    s.signal(libc::SIGINT);
+    assert!(s.wait_exit(Duration::from_secs(10)).success());
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "not the 1m kill_timeout"
+    );
+    assert!(pids.iter().all(|p| is_gone(*p)));
+}
