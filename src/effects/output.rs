@@ -22,7 +22,9 @@ pub const LOG_QUEUE_BYTES: usize = 4 * 1024 * 1024;
 /// A longer line is cut here and marked.
 pub const MAX_LINE_BYTES: usize = 64 * 1024;
 /// How much one read from a worker's pipe takes.
-const READ_CHUNK_BYTES: usize = 16 * 1024;
+const READ_CHUNK_BYTES: usize = 8 * 1024;
+/// The line buffer kept between lines (it grows up to MAX_LINE_BYTES for a long one).
+const RETAINED_LINE_CAPACITY: usize = 1024;
 const TRUNCATION_MARKER: &[u8] = b" [line truncated by supervise]";
 
 enum Message {
@@ -240,6 +242,10 @@ impl LineSplitter {
                         self.skipping = false;
                     }
                     self.pending.clear();
+                    // A long line once must not pin 64 KiB per stream for ever.
+                    if self.pending.capacity() > RETAINED_LINE_CAPACITY {
+                        self.pending.shrink_to(RETAINED_LINE_CAPACITY);
+                    }
                     bytes = &bytes[end + 1..];
                 }
                 None => {
