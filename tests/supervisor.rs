@@ -588,3 +588,33 @@ apps:
     );
     assert!(pids.iter().all(|p| is_gone(*p)));
 }
+
+#[test]
+fn workers_run_as_the_configured_user_when_root() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("skipped: switching users needs root");
+        return;
+    }
+    let mut s = Supervised::start(
+        r#"
+apps:
+  unprivileged:
+    command: [sh, -c, "echo uid=$(id -u) gid=$(id -g) user=$USER home=$HOME"]
+    user: nobody
+    restart: never
+"#,
+    );
+    let line = s.wait_for("the id line", |e| {
+        e["event"] == "output" && e["app"] == "unprivileged"
+    });
+    let text = line["line"].as_str().unwrap();
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+    assert!(
+        text.starts_with(&format!(
+            "uid={} gid={} user=nobody home=",
+            nobody.uid, nobody.gid
+        )),
+        "{text}"
+    );
+}

@@ -172,6 +172,19 @@ mod tests {
     }
 
     #[test]
+    fn binds_ipv6_when_the_machine_has_it() {
+        if std::net::TcpListener::bind("[::1]:0").is_err() {
+            println!("skipped: no IPv6 loopback here");
+            return;
+        }
+        let mut registry = SocketRegistry::default();
+        let (_, local) = registry
+            .ensure(&ListenAddress::Tcp("[::1]:0".parse().unwrap()))
+            .unwrap();
+        assert!(matches!(local, ListenAddress::Tcp(a) if a.is_ipv6() && a.port() != 0));
+    }
+
+    #[test]
     fn a_port_in_use_is_an_error_naming_the_address() {
         let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let address = ListenAddress::Tcp(taken.local_addr().unwrap());
