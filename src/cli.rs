@@ -14,6 +14,7 @@ use crate::effects::output::{LogFormat, LogSink};
 use crate::effects::runtime::{self, FileLock, LockError};
 use crate::effects::systemd::SystemdNotifier;
 use crate::effects::undertaker::Undertaker;
+use crate::effects::watch::{FileWatcher, content_hash};
 use crate::spec::Desired;
 use crate::supervisor::{Context, Supervisor, worker_base_env};
 
@@ -223,13 +224,34 @@ pub fn run(cli: &Cli) -> ExitCode {
         }
     };
     let shown = path.display().to_string();
-    let checked = match config::check_file(&path, &Host::detect()) {
-        Ok(checked) => checked,
+    // Forked while still single-threaded: before the watcher, the log writer
+    // and the runtime start their threads.
+    let undertaker = match Undertaker::start() {
+        Ok(undertaker) => undertaker,
+        Err(error) => {
+            err(&format!(
+                "error: cannot start the undertaker process: {error}\n"
+            ));
+            return ExitCode::from(exit::INVALID);
+        }
+    };
+    // Watch before the first read, so no edit can fall between the two.
+    let watcher = match config::absolute_path(&path) {
+        Ok(absolute) => FileWatcher::new(&absolute),
+        Err(error) => {
+            err(&format!("error: cannot read {shown}: {error}\n"));
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    let (source, bytes) = match config::read_file(&path) {
+        Ok(read) => read,
         Err(unreadable) => {
             err(&format!("error: {unreadable}\n"));
             return ExitCode::from(exit::USAGE);
         }
     };
+    let initial = content_hash(&bytes);
+    let checked = config::check_bytes(&bytes, &source, &Host::detect());
     let rendered = diagnostic::render(&shown, &checked.text, &checked.diagnostics);
     let Some(desired) = checked.desired else {
         err(&rendered);
@@ -261,16 +283,6 @@ pub fn run(cli: &Cli) -> ExitCode {
     unsafe {
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     }
-    // Forked while still single-threaded: before the log writer and the runtime.
-    let undertaker = match Undertaker::start() {
-        Ok(undertaker) => undertaker,
-        Err(error) => {
-            err(&format!(
-                "error: cannot start the undertaker process: {error}\n"
-            ));
-            return ExitCode::from(exit::INVALID);
-        }
-    };
 
     let format = match cli.log_format {
         LogStyle::Json => LogFormat::Json,
@@ -309,9 +321,12 @@ pub fn run(cli: &Cli) -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
-        let supervisor =
-            Supervisor::new(&desired, ctx).map_err(|(app, error)| format!("app {app}: {error}"))?;
-        supervisor.run(&shown).await.map_err(|e| e.to_string())
+        let supervisor = Supervisor::new(&desired, &shown, ctx)
+            .map_err(|(app, error)| format!("app {app}: {error}"))?;
+        supervisor
+            .run(watcher, initial)
+            .await
+            .map_err(|e| e.to_string())
     });
     drop(lock);
     match result {

@@ -8,6 +8,7 @@ pub mod backoff;
 pub mod cli;
 pub mod config;
 pub mod effects;
+pub mod plan;
 pub mod reconcile;
 pub mod spec;
 pub mod supervisor;

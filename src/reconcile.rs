@@ -19,7 +19,9 @@
 //!   and the old one is stopped once its replacement is ready — or earlier, when
 //!   at least `N − u` ready workers remain. A replacement that fails halts the
 //!   rollout: it is removed, the old workers keep serving, and nothing more is
-//!   replaced until the next generation.
+//!   replaced until the next generation;
+//! - with `recreate` (a listen address that overlaps the old one), every
+//!   outdated worker is stopped first and the new ones start once all are gone.
 
 use std::time::{Duration, Instant};
 
@@ -34,6 +36,9 @@ pub struct Target<'a> {
     pub generation: u64,
     /// The rollout to this generation was halted by a failed replacement.
     pub rollout_halted: bool,
+    /// Replace by stopping every outdated worker first and starting the new
+    /// ones after (an overlapping listen address cannot be bound by both).
+    pub recreate: bool,
 }
 
 /// Why a worker is being stopped (for the log).
@@ -212,6 +217,10 @@ pub fn reconcile(target: Target<'_>, workers: &[Worker], now: Instant) -> Plan {
                 }
             }
             None if outdated.is_empty() => {
+                if target.recreate && rolling {
+                    // Old workers are still draining and hold the old socket.
+                    continue;
+                }
                 if occupied < limit || !rolling {
                     plan.actions.push(Action::Create {
                         slot,
@@ -225,6 +234,11 @@ pub fn reconcile(target: Target<'_>, workers: &[Worker], now: Instant) -> Plan {
                 // definition, until the next generation.
                 for old in &outdated {
                     drive(old, spec, now, &mut plan);
+                }
+            }
+            None if target.recreate => {
+                for old in &outdated {
+                    retire(old, &mut plan);
                 }
             }
             None => {

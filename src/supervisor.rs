@@ -18,14 +18,17 @@ use indexmap::IndexMap;
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{debug, error, info, warn};
 
+use crate::config::{self, Host, diagnostic};
 use crate::effects::output::{self, LogFormat, LogSink, Source, Stream};
 use crate::effects::procfs;
 use crate::effects::sockets::{BindError, SocketRegistry};
 use crate::effects::spawn::{self, SpawnRequest};
 use crate::effects::systemd::SystemdNotifier;
 use crate::effects::undertaker::Undertaker;
+use crate::effects::watch::FileWatcher;
+use crate::plan::{self, AppChange};
 use crate::reconcile::{self, Action, StopReason, Target};
-use crate::spec::{AppSpec, Desired, ProcessDefinition};
+use crate::spec::{AppSpec, Desired, ListenAddress, ProcessDefinition};
 use crate::worker::{AfterStop, Decision, Exit, State, Worker, WorkerId};
 
 /// The guard: every app is reconciled at least this often.
@@ -34,6 +37,8 @@ pub const FULL_PASS_INTERVAL: Duration = Duration::from_secs(10);
 pub const GROUP_POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// Reconcile passes for one app before giving the loop back (a bug guard).
 const MAX_PASSES: usize = 64;
+/// New versions of the file waiting for the loop (the watcher waits when full).
+const CONFIG_QUEUE: usize = 4;
 /// How long to wait for the undertaker to exit at shutdown.
 const UNDERTAKER_EXIT_WAIT: Duration = Duration::from_secs(2);
 
@@ -70,8 +75,36 @@ struct AppState {
     definitions: HashMap<u64, Arc<ProcessDefinition>>,
     workers: Vec<Worker>,
     rollout_halted: bool,
+    /// The current generation replaces by stop-all-then-start (overlapping listen).
+    recreate: bool,
+    /// Removed from the file: stopping, then forgotten.
+    removed: bool,
     dirty: bool,
     wake_at: Option<Instant>,
+}
+
+impl AppState {
+    fn new(spec: &AppSpec) -> AppState {
+        AppState {
+            spec: spec.clone(),
+            generation: 1,
+            definitions: HashMap::from([(1, Arc::new(spec.process.clone()))]),
+            workers: Vec::new(),
+            rollout_halted: false,
+            recreate: false,
+            removed: false,
+            dirty: true,
+            wake_at: None,
+        }
+    }
+
+    /// Drop the definitions no worker runs any more (the current one stays).
+    fn prune_definitions(&mut self) {
+        let current = self.generation;
+        let workers = &self.workers;
+        self.definitions
+            .retain(|g, _| *g == current || workers.iter().any(|w| w.generation == *g));
+    }
 }
 
 /// What the supervisor keeps for a running process besides its worker state.
@@ -84,6 +117,14 @@ struct ProcessHandle {
 
 pub struct Supervisor {
     ctx: Context,
+    /// The last good version of the file, as applied.
+    desired: Desired,
+    /// The file as the user named it (for messages).
+    shown: String,
+    /// The diagnostics of the last edit, while the file is invalid.
+    config_error: Option<String>,
+    /// Counts the applied versions of the file.
+    config_generation: u64,
     apps: IndexMap<String, AppState>,
     /// Leader pid → its process.
     processes: HashMap<i32, ProcessHandle>,
@@ -116,7 +157,11 @@ pub fn short_duration(d: Duration) -> String {
 
 impl Supervisor {
     /// Bind every app's sockets. A socket that cannot be bound refuses the start.
-    pub fn new(desired: &Desired, ctx: Context) -> Result<Supervisor, (String, BindError)> {
+    pub fn new(
+        desired: &Desired,
+        shown: &str,
+        ctx: Context,
+    ) -> Result<Supervisor, (String, BindError)> {
         let mut sockets = SocketRegistry::default();
         let mut apps = IndexMap::new();
         for spec in &desired.apps {
@@ -128,21 +173,14 @@ impl Supervisor {
                     Err(error) => return Err((spec.name.clone(), error)),
                 }
             }
-            apps.insert(
-                spec.name.clone(),
-                AppState {
-                    spec: spec.clone(),
-                    generation: 1,
-                    definitions: HashMap::from([(1, Arc::new(spec.process.clone()))]),
-                    workers: Vec::new(),
-                    rollout_halted: false,
-                    dirty: true,
-                    wake_at: None,
-                },
-            );
+            apps.insert(spec.name.clone(), AppState::new(spec));
         }
         Ok(Supervisor {
             ctx,
+            desired: desired.clone(),
+            shown: shown.to_string(),
+            config_error: None,
+            config_generation: 1,
             apps,
             processes: HashMap::new(),
             sockets,
@@ -154,17 +192,20 @@ impl Supervisor {
     }
 
     /// Run until every worker has stopped after SIGINT/SIGTERM.
-    pub async fn run(mut self, file_name: &str) -> std::io::Result<()> {
+    pub async fn run(mut self, watcher: FileWatcher, initial: [u8; 32]) -> std::io::Result<()> {
         let mut children = signal(SignalKind::child())?;
         let mut interrupts = signal(SignalKind::interrupt())?;
         let mut terminates = signal(SignalKind::terminate())?;
         let mut hangups = signal(SignalKind::hangup())?;
+        let (changed, mut changes) = tokio::sync::mpsc::channel(CONFIG_QUEUE);
+        tokio::spawn(watcher.run(initial, changed));
         let instances: u32 = self.apps.values().map(|a| a.spec.instances).sum();
         info!(
             event = "applied",
-            file = file_name,
+            file = %self.shown,
             generation = 1,
-            "applied {file_name}: {}, {}",
+            "applied {}: {}, {}",
+            self.shown,
             plural(self.apps.len(), "app"),
             plural(instances as usize, "instance")
         );
@@ -186,11 +227,142 @@ impl Supervisor {
                     }
                 }
                 _ = terminates.recv() => self.begin_shutdown("SIGTERM"),
-                _ = hangups.recv() => warn!("SIGHUP received; re-reading the file is not supported yet"),
+                _ = hangups.recv() => match std::fs::read(&self.desired.source) {
+                    Ok(bytes) => self.reload(&bytes, "SIGHUP"),
+                    Err(error) => error!(
+                        event = "config_invalid",
+                        "SIGHUP: cannot read {}: {error}; still running the last good version", self.shown
+                    ),
+                },
+                Some(bytes) = changes.recv() => self.reload(&bytes, "the file changed"),
                 _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => self.on_timer(),
             }
         }
         self.finish();
+        Ok(())
+    }
+
+    /// A new version of the file: check it exactly as `supervise check` does;
+    /// apply it if valid, else keep running the last good version.
+    fn reload(&mut self, bytes: &[u8], trigger: &str) {
+        if self.shutting_down {
+            return;
+        }
+        let checked = config::check_bytes(bytes, &self.desired.source, &Host::detect());
+        let rendered = diagnostic::render(&self.shown, &checked.text, &checked.diagnostics);
+        let Some(desired) = checked.desired else {
+            error!(
+                event = "config_invalid",
+                file = %self.shown,
+                "{trigger}: {} is invalid ({}); still running the last good version",
+                self.shown,
+                diagnostic::summary_line(&checked.diagnostics)
+            );
+            self.ctx.sink.send(rendered.clone().into_bytes());
+            self.config_error = Some(rendered);
+            return;
+        };
+        if !rendered.is_empty() {
+            self.ctx.sink.send(rendered.into_bytes());
+        }
+        self.config_error = None;
+        self.notify_systemd("RELOADING=1");
+        let mut applied = desired.clone();
+        for change in plan::diff(&self.desired, &desired) {
+            if self.apply_change(&change, &desired, &mut applied)
+                && !matches!(change, AppChange::Unchanged { .. })
+            {
+                info!(event = "plan", app = change_app(&change), "{change}");
+            }
+        }
+        self.desired = applied;
+        self.config_generation += 1;
+        info!(
+            event = "applied",
+            file = %self.shown,
+            generation = self.config_generation,
+            "{trigger}: applied {} (version {})",
+            self.shown,
+            self.config_generation
+        );
+        self.notify_systemd("READY=1");
+    }
+
+    /// Carry out one app's change. Returns false when it could not be applied
+    /// (its sockets cannot be bound): the app then keeps its last good version,
+    /// in `applied` too.
+    fn apply_change(
+        &mut self,
+        change: &AppChange,
+        desired: &Desired,
+        applied: &mut Desired,
+    ) -> bool {
+        match change {
+            AppChange::Unchanged { .. } => true,
+            AppChange::Removed { name, .. } => {
+                if let Some(app) = self.apps.get_mut(name) {
+                    app.removed = true;
+                    app.spec.instances = 0;
+                    app.dirty = true;
+                }
+                self.sweep_sockets();
+                true
+            }
+            AppChange::Added { name, .. } | AppChange::Changed(plan::Changed { name, .. }) => {
+                let Some(spec) = desired.app(name) else {
+                    return false;
+                };
+                let overlapping =
+                    matches!(change, AppChange::Changed(c) if c.overlapping_rebind.is_some());
+                // An overlapping address binds once the old workers are gone.
+                if !overlapping && let Err(error) = self.bind_all(spec) {
+                    error!(event = "bind_failed", app = %name, "{name}: {error}; this app keeps its last good version");
+                    match self.desired.app(name) {
+                        Some(old) => {
+                            if let Some(kept) = applied.apps.iter_mut().find(|a| a.name == *name) {
+                                *kept = old.clone();
+                            }
+                        }
+                        None => applied.apps.retain(|a| a.name != *name),
+                    }
+                    return false;
+                }
+                let app = self
+                    .apps
+                    .entry(name.clone())
+                    .or_insert_with(|| AppState::new(spec));
+                if app.spec != *spec || app.removed {
+                    // A failed or exited worker gets a fresh start when its
+                    // app's definition changes, and only then.
+                    for worker in &mut app.workers {
+                        if matches!(worker.state, State::Failed | State::Exited) {
+                            let _ = worker.revive();
+                        }
+                    }
+                }
+                if app.spec.process != spec.process {
+                    app.generation += 1;
+                    app.definitions
+                        .insert(app.generation, Arc::new(spec.process.clone()));
+                    app.rollout_halted = false;
+                    app.recreate = overlapping;
+                }
+                app.spec = spec.clone();
+                app.removed = false;
+                app.dirty = true;
+                true
+            }
+        }
+    }
+
+    /// Bind (or find) every socket of `spec`.
+    fn bind_all(&mut self, spec: &AppSpec) -> Result<(), BindError> {
+        for listen in &spec.process.listen {
+            let (_, local) = self.sockets.ensure(&listen.address)?;
+            if local != listen.address {
+                info!(event = "listening", app = %spec.name, address = %local, "{}: listening on {local}", spec.name);
+            }
+        }
         Ok(())
     }
 
@@ -310,6 +482,7 @@ impl Supervisor {
                     spec: &app.spec,
                     generation: app.generation,
                     rollout_halted: app.rollout_halted,
+                    recreate: app.recreate,
                 };
                 let plan = reconcile::reconcile(target, &app.workers, Instant::now());
                 if plan.actions.is_empty() {
@@ -326,7 +499,34 @@ impl Supervisor {
                 }
             }
         }
+        let before = self.apps.len();
+        self.apps
+            .retain(|_, app| !(app.removed && app.workers.is_empty()));
+        if self.apps.len() != before {
+            self.sweep_sockets();
+        }
         self.maybe_report_ready();
+    }
+
+    /// Close every socket that no app's current definition, nor an older one a
+    /// worker still runs, uses.
+    fn sweep_sockets(&mut self) {
+        let wanted: Vec<ListenAddress> = self
+            .apps
+            .values()
+            .flat_map(|app| {
+                app.definitions
+                    .iter()
+                    .filter(|(g, _)| {
+                        !app.removed || app.workers.iter().any(|w| w.generation == **g)
+                    })
+                    .flat_map(|(_, d)| d.listen.iter().map(|l| l.address.clone()))
+            })
+            .collect();
+        let wanted: Vec<&ListenAddress> = wanted.iter().collect();
+        for closed in self.sockets.retain(&wanted) {
+            info!(event = "unlistening", address = %closed, "closed the socket on {closed}");
+        }
     }
 
     fn worker_mut(&mut self, app: &str, id: WorkerId) -> Option<&mut Worker> {
@@ -430,10 +630,8 @@ impl Supervisor {
             }
             Action::Remove { id } => {
                 app.workers.retain(|w| w.id != id);
-                let generations: Vec<u64> = app.workers.iter().map(|w| w.generation).collect();
-                let current = app.generation;
-                app.definitions
-                    .retain(|g, _| *g == current || generations.contains(g));
+                app.prune_definitions();
+                self.sweep_sockets();
             }
             Action::HaltRollout { generation, slot } => {
                 app.rollout_halted = true;
@@ -470,7 +668,14 @@ impl Supervisor {
         let mut fds = Vec::with_capacity(definition.listen.len());
         let mut bound = Vec::with_capacity(definition.listen.len());
         for listen in &definition.listen {
-            match self.sockets.ensure(&listen.address) {
+            let mut result = self.sockets.ensure(&listen.address);
+            if result.is_err() {
+                // An overlapping address that nobody wants any more may still
+                // be open: close what is unwanted and try once more.
+                self.sweep_sockets();
+                result = self.sockets.ensure(&listen.address);
+            }
+            match result {
                 Ok((fd, local)) => {
                     fds.push(fd);
                     bound.push(local);
@@ -730,11 +935,9 @@ impl Supervisor {
                 }
                 Err(error) => error!("{error}"),
             }
-            let generations: Vec<u64> = app.workers.iter().map(|w| w.generation).collect();
-            let current = app.generation;
-            app.definitions
-                .retain(|g, _| *g == current || generations.contains(g));
+            app.prune_definitions();
             self.forget_group(pid);
+            self.sweep_sockets();
         }
     }
 
@@ -780,6 +983,15 @@ fn decision_fields(decision: &Decision) -> (&'static str, Option<u32>, Option<u6
         }
         Decision::GiveUp { .. } => ("failed", None, None),
         Decision::Done => ("done", None, None),
+    }
+}
+
+fn change_app(change: &AppChange) -> &str {
+    match change {
+        AppChange::Added { name, .. }
+        | AppChange::Removed { name, .. }
+        | AppChange::Unchanged { name } => name,
+        AppChange::Changed(changed) => &changed.name,
     }
 }
 

@@ -75,20 +75,29 @@ pub fn absolute_path(path: &Path) -> std::io::Result<PathBuf> {
 
 /// Read, check and resolve the ecosystem file at `path`.
 pub fn check_file(path: &Path, host: &Host) -> Result<Checked, Unreadable> {
+    let (source, bytes) = read_file(path)?;
+    Ok(check_bytes(&bytes, &source, host))
+}
+
+/// The file's absolute path and contents (at most one byte more than
+/// [`node::MAX_FILE_BYTES`], which [`check_bytes`] then refuses).
+pub fn read_file(path: &Path) -> Result<(PathBuf, Vec<u8>), Unreadable> {
+    use std::io::Read;
     let unreadable = |reason: String| Unreadable {
         path: path.display().to_string(),
         reason,
     };
     let source = absolute_path(path).map_err(|e| unreadable(e.to_string()))?;
-    let metadata = std::fs::metadata(&source).map_err(|e| unreadable(e.to_string()))?;
+    let file = std::fs::File::open(&source).map_err(|e| unreadable(e.to_string()))?;
+    let metadata = file.metadata().map_err(|e| unreadable(e.to_string()))?;
     if !metadata.is_file() {
         return Err(unreadable("not a regular file".to_string()));
     }
-    if metadata.len() > node::MAX_FILE_BYTES as u64 {
-        return Ok(too_large(metadata.len()));
-    }
-    let bytes = std::fs::read(&source).map_err(|e| unreadable(e.to_string()))?;
-    Ok(check_bytes(&bytes, &source, host))
+    let mut bytes = Vec::new();
+    file.take(node::MAX_FILE_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| unreadable(e.to_string()))?;
+    Ok((source, bytes))
 }
 
 fn too_large(len: u64) -> Checked {

@@ -10,3 +10,4 @@ pub mod sockets;
 pub mod spawn;
 pub mod systemd;
 pub mod undertaker;
+pub mod watch;

@@ -18,7 +18,11 @@ use tokio::io::AsyncReadExt;
 /// Lines waiting for the terminal; beyond this they are dropped (and counted).
 pub const LOG_QUEUE_LINES: usize = 8192;
 /// Bytes waiting for the terminal, whatever the line count; beyond, dropped.
-pub const LOG_QUEUE_BYTES: usize = 4 * 1024 * 1024;
+pub const LOG_QUEUE_BYTES: usize = 5 * 1024 * 1024;
+/// What workers' output may fill of the queue: the rest is kept for the
+/// supervisor's own events, so a flooding worker cannot hide them.
+pub const OUTPUT_SHARE_LINES: usize = LOG_QUEUE_LINES - 1024;
+pub const OUTPUT_SHARE_BYTES: usize = 4 * 1024 * 1024;
 /// A longer line is cut here and marked.
 pub const MAX_LINE_BYTES: usize = 64 * 1024;
 /// How much one read from a worker's pipe takes.
@@ -37,8 +41,9 @@ enum Message {
 pub struct LogSink {
     queue: SyncSender<Message>,
     dropped: Arc<AtomicU64>,
-    /// Bytes queued and not yet written.
+    /// Bytes and lines queued and not yet written.
     queued_bytes: Arc<AtomicUsize>,
+    queued_lines: Arc<AtomicUsize>,
 }
 
 impl LogSink {
@@ -47,11 +52,12 @@ impl LogSink {
         let (queue, lines) = sync_channel(LOG_QUEUE_LINES);
         let dropped = Arc::new(AtomicU64::new(0));
         let queued_bytes = Arc::new(AtomicUsize::new(0));
+        let queued_lines = Arc::new(AtomicUsize::new(0));
         let counter = Arc::clone(&dropped);
-        let bytes = Arc::clone(&queued_bytes);
+        let backlog = (Arc::clone(&queued_bytes), Arc::clone(&queued_lines));
         let spawned = std::thread::Builder::new()
             .name("supervise-log".into())
-            .spawn(move || write_lines(lines, out, &counter, &bytes));
+            .spawn(move || write_lines(lines, out, &counter, &backlog.0, &backlog.1));
         if spawned.is_err() {
             // Without a writer every line counts as dropped; nothing else breaks.
             dropped.store(1, Ordering::Relaxed);
@@ -60,19 +66,30 @@ impl LogSink {
             queue,
             dropped,
             queued_bytes,
+            queued_lines,
         }
     }
 
-    /// Queue one line (with its newline). Never blocks.
+    /// Queue one of the supervisor's own lines (with its newline). Never blocks.
     pub fn send(&self, line: Vec<u8>) {
+        self.enqueue(line, LOG_QUEUE_LINES, LOG_QUEUE_BYTES);
+    }
+
+    /// Queue a line a worker printed: only within the workers' share.
+    pub fn send_output(&self, line: Vec<u8>) {
+        self.enqueue(line, OUTPUT_SHARE_LINES, OUTPUT_SHARE_BYTES);
+    }
+
+    fn enqueue(&self, line: Vec<u8>, max_lines: usize, max_bytes: usize) {
         let len = line.len();
-        if self.queued_bytes.fetch_add(len, Ordering::Relaxed) + len > LOG_QUEUE_BYTES {
+        let bytes = self.queued_bytes.fetch_add(len, Ordering::Relaxed) + len;
+        let lines = self.queued_lines.fetch_add(1, Ordering::Relaxed) + 1;
+        if bytes > max_bytes
+            || lines > max_lines
+            || self.queue.try_send(Message::Line(line)).is_err()
+        {
             self.queued_bytes.fetch_sub(len, Ordering::Relaxed);
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        if self.queue.try_send(Message::Line(line)).is_err() {
-            self.queued_bytes.fetch_sub(len, Ordering::Relaxed);
+            self.queued_lines.fetch_sub(1, Ordering::Relaxed);
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -109,6 +126,7 @@ fn write_lines(
     mut out: impl Write,
     dropped: &AtomicU64,
     queued_bytes: &AtomicUsize,
+    queued_lines: &AtomicUsize,
 ) {
     let mut reported = 0;
     let mut last_report = std::time::Instant::now();
@@ -124,6 +142,7 @@ fn write_lines(
                     dropped.fetch_add(1, Ordering::Relaxed);
                 }
                 queued_bytes.fetch_sub(line.len(), Ordering::Relaxed);
+                queued_lines.fetch_sub(1, Ordering::Relaxed);
             }
             Message::Flush(ack) => {
                 let _ = out.flush();
@@ -287,7 +306,7 @@ pub async fn pump(fd: OwnedFd, source: Source, stream: Stream, sink: LogSink, fo
     };
     let mut splitter = LineSplitter::default();
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
-    let mut emit = |line: &[u8]| sink.send(render_line(&source, stream, line, format));
+    let mut emit = |line: &[u8]| sink.send_output(render_line(&source, stream, line, format));
     loop {
         match pipe.read(&mut chunk).await {
             Ok(0) | Err(_) => break,

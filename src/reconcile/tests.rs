@@ -12,6 +12,7 @@ struct Sim {
     spec: AppSpec,
     generation: u64,
     halted: bool,
+    recreate: bool,
     workers: Vec<Worker>,
     next_id: u64,
     next_pid: i32,
@@ -29,6 +30,7 @@ impl Sim {
             spec,
             generation: 1,
             halted: false,
+            recreate: false,
             workers: Vec::new(),
             next_id: 1,
             next_pid: 100,
@@ -43,6 +45,7 @@ impl Sim {
             spec: &self.spec,
             generation: self.generation,
             rollout_halted: self.halted,
+            recreate: self.recreate,
         };
         reconcile(target, &self.workers, self.now)
     }
@@ -516,4 +519,38 @@ fn scaling_during_a_rollout_settles_at_the_new_count_and_generation() {
         sim.finish_stops();
     }
     assert_eq!(sim.slots(), [(0, 2, "ready"), (1, 2, "ready")]);
+}
+
+#[test]
+fn recreate_stops_every_old_worker_before_starting_new_ones() {
+    let mut sim = Sim::new(3);
+    sim.settle();
+    sim.generation = 2;
+    sim.recreate = true;
+    sim.settle();
+    assert_eq!(
+        sim.slots(),
+        [(0, 1, "stopping"), (1, 1, "stopping"), (2, 1, "stopping")],
+        "nothing new while old ones hold the socket"
+    );
+    let first = sim.workers[0].id;
+    sim.exit(
+        first,
+        Exit::Signal {
+            signal: 15,
+            core: false,
+        },
+    );
+    sim.settle();
+    assert!(
+        sim.workers.iter().all(|w| w.generation == 1),
+        "{:?}",
+        sim.slots()
+    );
+    sim.finish_stops();
+    sim.settle();
+    assert_eq!(
+        sim.slots(),
+        [(0, 2, "ready"), (1, 2, "ready"), (2, 2, "ready")]
+    );
 }

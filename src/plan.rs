@@ -1,0 +1,273 @@
+//! What changing the file will do: the plan that `supervise check --diff`
+//! prints and that a live reload logs, computed by one pure function.
+
+use std::fmt;
+
+use crate::spec::{AppSpec, Desired, ListenAddress};
+
+/// What happens to one app when the file changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AppChange {
+    Added { name: String, instances: u32 },
+    Removed { name: String, instances: u32 },
+    Changed(Changed),
+    Unchanged { name: String },
+}
+
+/// An app present before and after.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Changed {
+    pub name: String,
+    pub instances: (u32, u32),
+    /// Fields a running process cannot pick up: its instances are replaced.
+    pub replaced: Vec<&'static str>,
+    /// Fields that apply to the running instances as they are.
+    pub tuned: Vec<&'static str>,
+    /// A listen address changes to one that overlaps the old: the old socket
+    /// must close before the new one binds, so there is a gap with nobody listening.
+    pub overlapping_rebind: Option<(ListenAddress, ListenAddress)>,
+}
+
+impl Changed {
+    /// Whether the app's instances must be replaced.
+    pub fn replaces(&self) -> bool {
+        !self.replaced.is_empty()
+    }
+}
+
+/// Compare two resolved files, app by app, in the new file's order (removed apps last).
+pub fn diff(old: &Desired, new: &Desired) -> Vec<AppChange> {
+    let mut changes: Vec<AppChange> = new
+        .apps
+        .iter()
+        .map(|app| match old.app(&app.name) {
+            None => AppChange::Added {
+                name: app.name.clone(),
+                instances: app.instances,
+            },
+            Some(before) => compare(before, app),
+        })
+        .collect();
+    changes.extend(
+        old.apps
+            .iter()
+            .filter(|app| new.app(&app.name).is_none())
+            .map(|app| AppChange::Removed {
+                name: app.name.clone(),
+                instances: app.instances,
+            }),
+    );
+    changes
+}
+
+/// Compare one app's two versions.
+pub fn compare(old: &AppSpec, new: &AppSpec) -> AppChange {
+    if old == new {
+        return AppChange::Unchanged {
+            name: new.name.clone(),
+        };
+    }
+    let (a, b) = (&old.process, &new.process);
+    let mut replaced = Vec::new();
+    if a.argv != b.argv {
+        replaced.push("command");
+    }
+    if a.shell != b.shell {
+        replaced.push("shell");
+    }
+    if a.cwd != b.cwd {
+        replaced.push("cwd");
+    }
+    if a.env != b.env {
+        replaced.push("env");
+    }
+    if a.listen != b.listen {
+        replaced.push("listen");
+    }
+    if a.identity != b.identity {
+        replaced.push("user");
+    }
+    let mut tuned = Vec::new();
+    let policy: [(&'static str, bool); 8] = [
+        ("ready", old.ready != new.ready),
+        ("ready_timeout", old.ready_timeout != new.ready_timeout),
+        ("restart", old.restart != new.restart),
+        ("backoff", old.backoff != new.backoff),
+        ("max_restarts", old.max_restarts != new.max_restarts),
+        ("stop_signal", old.stop_signal != new.stop_signal),
+        ("kill_timeout", old.kill_timeout != new.kill_timeout),
+        ("reload", old.reload != new.reload),
+    ];
+    tuned.extend(
+        policy
+            .iter()
+            .filter(|(_, changed)| *changed)
+            .map(|(name, _)| *name),
+    );
+    let overlapping_rebind = a.listen.iter().find_map(|before| {
+        b.listen
+            .iter()
+            .find(|after| {
+                after.address != before.address && after.address.overlaps(&before.address)
+            })
+            .filter(|_| !b.listen.iter().any(|l| l.address == before.address))
+            .map(|after| (before.address.clone(), after.address.clone()))
+    });
+    AppChange::Changed(Changed {
+        name: new.name.clone(),
+        instances: (old.instances, new.instances),
+        replaced,
+        tuned,
+        overlapping_rebind,
+    })
+}
+
+impl fmt::Display for AppChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let plural = |n: u32| if n == 1 { "instance" } else { "instances" };
+        match self {
+            AppChange::Added { name, instances } => {
+                write!(
+                    f,
+                    "{name}: added; starting {instances} {}",
+                    plural(*instances)
+                )
+            }
+            AppChange::Removed { name, instances } => {
+                write!(
+                    f,
+                    "{name}: removed; stopping {instances} {}",
+                    plural(*instances)
+                )
+            }
+            AppChange::Unchanged { name } => write!(f, "{name}: unchanged"),
+            AppChange::Changed(change) => {
+                let mut parts = Vec::new();
+                let (before, after) = change.instances;
+                if before != after {
+                    let delta = i64::from(after) - i64::from(before);
+                    parts.push(format!("instances {before} → {after} ({delta:+})"));
+                }
+                if change.replaces() {
+                    let what = change.replaced.join(", ");
+                    let how = if change.overlapping_rebind.is_some() {
+                        "replacing"
+                    } else {
+                        "rolling replace of"
+                    };
+                    let count = before.min(after);
+                    parts.push(format!("{what} changed; {how} {count} {}", plural(count)));
+                }
+                if let Some((old, new)) = &change.overlapping_rebind {
+                    parts.push(format!(
+                        "{old} → {new} overlaps: the old socket closes before the new one binds, so nothing listens in between"
+                    ));
+                }
+                if !change.tuned.is_empty() {
+                    let what = change.tuned.join(", ");
+                    let restarted = if change.replaces() {
+                        ""
+                    } else {
+                        "; nothing restarted"
+                    };
+                    parts.push(format!(
+                        "{what} changed (applies to running instances{restarted})"
+                    ));
+                }
+                write!(f, "{}: {}", change.name, parts.join("; "))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::spec::{ListenSpec, Template};
+
+    fn desired(apps: Vec<AppSpec>) -> Desired {
+        Desired {
+            source: "/srv/ecosystem.yaml".into(),
+            apps,
+        }
+    }
+
+    fn app(name: &str, instances: u32) -> AppSpec {
+        AppSpec::with_defaults(name, &["server"], instances)
+    }
+
+    fn lines(old: Vec<AppSpec>, new: Vec<AppSpec>) -> Vec<String> {
+        diff(&desired(old), &desired(new))
+            .iter()
+            .map(|c| c.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn scaling_adding_and_removing() {
+        assert_eq!(
+            lines(
+                vec![app("web", 2), app("old", 3)],
+                vec![app("web", 4), app("new", 1)]
+            ),
+            [
+                "web: instances 2 → 4 (+2)",
+                "new: added; starting 1 instance",
+                "old: removed; stopping 3 instances"
+            ]
+        );
+        assert_eq!(
+            lines(vec![app("web", 4)], vec![app("web", 1)]),
+            ["web: instances 4 → 1 (-3)"]
+        );
+        assert_eq!(
+            lines(vec![app("web", 4)], vec![app("web", 4)]),
+            ["web: unchanged"]
+        );
+    }
+
+    #[test]
+    fn process_fields_replace_and_policy_fields_tune() {
+        let mut command = app("api", 3);
+        command.process.argv = vec![Template::literal("server2")];
+        assert_eq!(
+            lines(vec![app("api", 3)], vec![command]),
+            ["api: command changed; rolling replace of 3 instances"]
+        );
+
+        let mut tuned = app("api", 3);
+        tuned.kill_timeout = Duration::from_secs(1);
+        tuned.restart = crate::spec::RestartPolicy::Never;
+        let change = diff(&desired(vec![app("api", 3)]), &desired(vec![tuned]));
+        assert_eq!(
+            change[0].to_string(),
+            "api: restart, kill_timeout changed (applies to running instances; nothing restarted)"
+        );
+        assert!(matches!(&change[0], AppChange::Changed(c) if !c.replaces()));
+    }
+
+    #[test]
+    fn an_overlapping_rebind_is_called_out() {
+        let listen = |address: &str| ListenSpec {
+            name: "api".into(),
+            address: ListenAddress::Tcp(address.parse().unwrap()),
+        };
+        let mut before = app("api", 2);
+        before.process.listen = vec![listen("0.0.0.0:5000")];
+        let mut after = app("api", 2);
+        after.process.listen = vec![listen("127.0.0.1:5000")];
+        let text = &lines(vec![before.clone()], vec![after])[0];
+        assert!(
+            text.starts_with(
+                "api: listen changed; replacing 2 instances; 0.0.0.0:5000 → 127.0.0.1:5000 overlaps"
+            ),
+            "{text}"
+        );
+        let mut moved = app("api", 2);
+        moved.process.listen = vec![listen("127.0.0.1:5001")];
+        let text = &lines(vec![before], vec![moved])[0];
+        assert_eq!(text, "api: listen changed; rolling replace of 2 instances");
+    }
+}
