@@ -69,6 +69,13 @@ pub enum Command {
         /// Output format of the diagnostics.
         #[arg(long, value_enum, default_value_t = Format::Human)]
         format: Format,
+        /// Print what changing from the `--against` file to this one would do:
+        /// which apps scale, which roll, which restart nothing.
+        #[arg(long, visible_alias = "plan", requires = "against")]
+        diff: bool,
+        /// The old version of the file, for `--diff`.
+        #[arg(long, value_name = "OLD.yaml", requires = "diff")]
+        against: Option<PathBuf>,
     },
     /// Print the JSON Schema of the ecosystem file.
     Schema,
@@ -159,6 +166,55 @@ pub fn check(file: Option<&Path>, format: Format) -> ExitCode {
     } else {
         exit::INVALID
     })
+}
+
+/// `supervise check --diff --against OLD.yaml`: the plan the supervisor would
+/// carry out (the same function a live reload logs).
+pub fn check_diff(file: Option<&Path>, against: &Path) -> ExitCode {
+    let path = match ecosystem_path(file) {
+        Ok(path) => path,
+        Err(message) => {
+            err(&format!("error: {message}\n"));
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    let host = Host::detect();
+    let mut versions = Vec::new();
+    for candidate in [against, path.as_path()] {
+        let shown = candidate.display().to_string();
+        match config::check_file(candidate, &host) {
+            Err(unreadable) => {
+                err(&format!("error: {unreadable}\n"));
+                return ExitCode::from(exit::USAGE);
+            }
+            Ok(checked) => {
+                out(&diagnostic::render(
+                    &shown,
+                    &checked.text,
+                    &checked.diagnostics,
+                ));
+                match checked.desired {
+                    Some(desired) => versions.push(desired),
+                    None => {
+                        out(&format!(
+                            "{shown}: invalid ({})\n",
+                            diagnostic::summary_line(&checked.diagnostics)
+                        ));
+                        return ExitCode::from(exit::INVALID);
+                    }
+                }
+            }
+        }
+    }
+    out(&format!(
+        "plan from {} to {}:\n",
+        against.display(),
+        path.display()
+    ));
+    for change in crate::plan::diff(&versions[0], &versions[1]) {
+        out(&format!("  {change}\n"));
+    }
+    ExitCode::from(exit::OK)
 }
 
 /// The success summary: apps, instances each, sockets, and what `max` became.

@@ -164,6 +164,25 @@ impl Supervised {
         }
     }
 
+    /// Take in events until `condition` holds (true) or `limit` passes (false).
+    pub fn until(&mut self, limit: Duration, condition: impl Fn(&Supervised) -> bool) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            if condition(self) {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            match self.lines.recv_timeout(left.min(Duration::from_millis(50))) {
+                Ok(event) => self.events.push(event),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return condition(self),
+            }
+        }
+    }
+
     /// Wait until `count` events named `name` of `app` have been seen in all.
     pub fn wait_count(&mut self, name: &str, app: &str, count: usize) {
         let deadline = Instant::now() + WAIT;
