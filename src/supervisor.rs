@@ -166,11 +166,8 @@ impl Supervisor {
         let mut apps = IndexMap::new();
         for spec in &desired.apps {
             for listen in &spec.process.listen {
-                match sockets.ensure(&listen.address) {
-                    Ok((_, local)) => {
-                        info!(event = "listening", app = %spec.name, address = %local, "{}: listening on {local}", spec.name)
-                    }
-                    Err(error) => return Err((spec.name.clone(), error)),
+                if let Err(error) = sockets.ensure(&listen.address, &spec.name) {
+                    return Err((spec.name.clone(), error));
                 }
             }
             apps.insert(spec.name.clone(), AppState::new(spec));
@@ -358,10 +355,7 @@ impl Supervisor {
     /// Bind (or find) every socket of `spec`.
     fn bind_all(&mut self, spec: &AppSpec) -> Result<(), BindError> {
         for listen in &spec.process.listen {
-            let (_, local) = self.sockets.ensure(&listen.address)?;
-            if local != listen.address {
-                info!(event = "listening", app = %spec.name, address = %local, "{}: listening on {local}", spec.name);
-            }
+            self.sockets.ensure(&listen.address, &spec.name)?;
         }
         Ok(())
     }
@@ -668,12 +662,12 @@ impl Supervisor {
         let mut fds = Vec::with_capacity(definition.listen.len());
         let mut bound = Vec::with_capacity(definition.listen.len());
         for listen in &definition.listen {
-            let mut result = self.sockets.ensure(&listen.address);
+            let mut result = self.sockets.ensure(&listen.address, app_name);
             if result.is_err() {
                 // An overlapping address that nobody wants any more may still
                 // be open: close what is unwanted and try once more.
                 self.sweep_sockets();
-                result = self.sockets.ensure(&listen.address);
+                result = self.sockets.ensure(&listen.address, app_name);
             }
             match result {
                 Ok((fd, local)) => {

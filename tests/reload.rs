@@ -351,3 +351,77 @@ fn check_diff_prints_the_plan() {
         "plan from old.yaml to new.yaml:\n  web: instances 2 → 4 (+2)\n  api: command changed; rolling replace of 1 instance; kill_timeout changed (applies to running instances)\n"
     );
 }
+
+/// The inode of the socket listening on 127.0.0.1:`port`, from /proc/net/tcp.
+fn listening_inode(port: u16) -> Option<String> {
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    let local = format!("0100007F:{port:04X}");
+    table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        (fields.get(1) == Some(&local.as_str()) && fields.get(3) == Some(&"0A"))
+            .then(|| fields[9].to_string())
+    })
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn renaming_an_app_or_moving_its_address_keeps_the_socket() {
+    let port = free_port();
+    let named = |name: &str| {
+        format!(
+            "apps:\n  {name}:\n    command: [sleep, \"1000\"]\n    listen: 127.0.0.1:{port}\n    ready: none\n"
+        )
+    };
+    let mut s = Supervised::start(&named("first"));
+    s.wait_count("spawned", "first", 1);
+    let inode = listening_inode(port).expect("listening");
+    save(s.dir.path(), &named("second"));
+    wait_applied(&mut s);
+    s.wait_count("spawned", "second", 1);
+    s.wait_count("stopped", "first", 1);
+    assert_eq!(
+        listening_inode(port),
+        Some(inode),
+        "the same socket, never rebound"
+    );
+    assert!(
+        s.events.iter().all(|e| e["event"] != "unlistening"),
+        "{}",
+        s.dump()
+    );
+}
+
+#[test]
+fn a_new_address_is_bound_before_the_old_one_closes() {
+    let (old, new) = (free_port(), free_port());
+    let listen = |port: u16| {
+        format!(
+            "apps:\n  web:\n    command: [sleep, \"1000\"]\n    listen: 127.0.0.1:{port}\n    ready: none\n"
+        )
+    };
+    let mut s = Supervised::start(&listen(old));
+    s.wait_count("spawned", "web", 1);
+    save(s.dir.path(), &listen(new));
+    wait_applied(&mut s);
+    let closed = s.wait_for("the old socket closing", |e| e["event"] == "unlistening");
+    assert_eq!(closed["address"], format!("127.0.0.1:{old}"));
+    let opened = s
+        .events
+        .iter()
+        .position(|e| e["event"] == "listening" && e["address"] == format!("127.0.0.1:{new}"));
+    let closed_at = s
+        .events
+        .iter()
+        .position(|e| e["event"] == "unlistening")
+        .unwrap();
+    assert!(opened.is_some_and(|o| o < closed_at), "{}", s.dump());
+    assert!(listening_inode(new).is_some());
+    assert!(listening_inode(old).is_none());
+}

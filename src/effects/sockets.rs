@@ -41,8 +41,13 @@ pub struct BindError {
 }
 
 impl SocketRegistry {
-    /// The fd and actual address for `address`, binding it if new.
-    pub fn ensure(&mut self, address: &ListenAddress) -> Result<(RawFd, ListenAddress), BindError> {
+    /// The fd and actual address for `address`, binding it (for `app`, in the
+    /// log) if new.
+    pub fn ensure(
+        &mut self,
+        address: &ListenAddress,
+        app: &str,
+    ) -> Result<(RawFd, ListenAddress), BindError> {
         if let Some(bound) = self.sockets.get(address) {
             return Ok((bound.fd.as_raw_fd(), bound.local.clone()));
         }
@@ -63,6 +68,7 @@ impl SocketRegistry {
                 .map_or_else(|| address.clone(), ListenAddress::Tcp),
             ListenAddress::Unix(_) => address.clone(),
         };
+        tracing::info!(event = "listening", app, address = %local, "{app}: listening on {local}");
         let fd = OwnedFd::from(socket);
         let raw = fd.as_raw_fd();
         self.sockets.insert(
@@ -157,8 +163,8 @@ mod tests {
     fn binds_once_per_address_and_resolves_port_zero() {
         let mut registry = SocketRegistry::default();
         let address = ListenAddress::Tcp("127.0.0.1:0".parse().unwrap());
-        let (fd, local) = registry.ensure(&address).unwrap();
-        let (again, _) = registry.ensure(&address).unwrap();
+        let (fd, local) = registry.ensure(&address, "test").unwrap();
+        let (again, _) = registry.ensure(&address, "test").unwrap();
         assert_eq!(fd, again);
         match local {
             ListenAddress::Tcp(bound) => assert_ne!(bound.port(), 0),
@@ -179,7 +185,7 @@ mod tests {
         }
         let mut registry = SocketRegistry::default();
         let (_, local) = registry
-            .ensure(&ListenAddress::Tcp("[::1]:0".parse().unwrap()))
+            .ensure(&ListenAddress::Tcp("[::1]:0".parse().unwrap()), "test")
             .unwrap();
         assert!(matches!(local, ListenAddress::Tcp(a) if a.is_ipv6() && a.port() != 0));
     }
@@ -188,7 +194,9 @@ mod tests {
     fn a_port_in_use_is_an_error_naming_the_address() {
         let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let address = ListenAddress::Tcp(taken.local_addr().unwrap());
-        let error = SocketRegistry::default().ensure(&address).unwrap_err();
+        let error = SocketRegistry::default()
+            .ensure(&address, "test")
+            .unwrap_err();
         assert!(
             error
                 .to_string()
@@ -204,16 +212,18 @@ mod tests {
         let address = ListenAddress::Unix(path.clone());
         drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
         let mut registry = SocketRegistry::default();
-        registry.ensure(&address).expect("a stale file is replaced");
+        registry
+            .ensure(&address, "test")
+            .expect("a stale file is replaced");
         assert!(
-            SocketRegistry::default().ensure(&address).is_err(),
+            SocketRegistry::default().ensure(&address, "test").is_err(),
             "a live socket is kept"
         );
         registry.retain(&[]);
         assert!(!path.exists());
         std::fs::write(&path, "data").unwrap();
         assert!(
-            SocketRegistry::default().ensure(&address).is_err(),
+            SocketRegistry::default().ensure(&address, "test").is_err(),
             "a regular file is never removed"
         );
     }
