@@ -18,9 +18,12 @@ use indexmap::IndexMap;
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{debug, error, info, warn};
 
-use crate::config::{self, Host, diagnostic};
+use crate::config::{self, Host, diagnostic, validate};
+use crate::effects::notify::{Notification, NotifySocket};
 use crate::effects::output::{self, LogFormat, LogSink, Source, Stream};
+use crate::effects::probe::Probe;
 use crate::effects::procfs;
+use crate::effects::runtime::file_key;
 use crate::effects::sockets::{BindError, SocketRegistry};
 use crate::effects::spawn::{self, SpawnRequest};
 use crate::effects::systemd::SystemdNotifier;
@@ -28,7 +31,7 @@ use crate::effects::undertaker::Undertaker;
 use crate::effects::watch::FileWatcher;
 use crate::plan::{self, AppChange};
 use crate::reconcile::{self, Action, StopReason, Target};
-use crate::spec::{AppSpec, Desired, ListenAddress, ProcessDefinition};
+use crate::spec::{AppSpec, Desired, ListenAddress, ProcessDefinition, Readiness};
 use crate::worker::{AfterStop, Decision, Exit, State, Worker, WorkerId};
 
 /// The guard: every app is reconciled at least this often.
@@ -39,6 +42,8 @@ pub const GROUP_POLL_INTERVAL: Duration = Duration::from_millis(50);
 const MAX_PASSES: usize = 64;
 /// New versions of the file waiting for the loop (the watcher waits when full).
 const CONFIG_QUEUE: usize = 4;
+/// Readiness reports (probes, notify datagrams) waiting for the loop.
+const EVENT_QUEUE: usize = 1024;
 /// How long to wait for the undertaker to exit at shutdown.
 const UNDERTAKER_EXIT_WAIT: Duration = Duration::from_secs(2);
 
@@ -113,7 +118,22 @@ struct ProcessHandle {
     id: WorkerId,
     spawned_at: Instant,
     exec_status: OwnedFd,
+    /// The readiness probe running for it, if any.
+    probe: Option<tokio::task::AbortHandle>,
+    /// The last `STATUS=` it sent over the notify socket.
+    status: Option<String>,
 }
+
+impl Drop for ProcessHandle {
+    fn drop(&mut self) {
+        if let Some(probe) = &self.probe {
+            probe.abort();
+        }
+    }
+}
+
+/// A worker reported ready by a probe: (app, worker, pid).
+type ProbeReady = (String, WorkerId, i32);
 
 pub struct Supervisor {
     ctx: Context,
@@ -132,6 +152,11 @@ pub struct Supervisor {
     next_worker: WorkerId,
     shutting_down: bool,
     sent_ready: bool,
+    /// `NOTIFY_SOCKET` for workers with `ready: notify` (once the socket is bound).
+    notify_env: Option<OsString>,
+    /// Probes report here.
+    probe_ready: tokio::sync::mpsc::Sender<ProbeReady>,
+    probe_results: Option<tokio::sync::mpsc::Receiver<ProbeReady>>,
     last_full_pass: Instant,
 }
 
@@ -172,6 +197,7 @@ impl Supervisor {
             }
             apps.insert(spec.name.clone(), AppState::new(spec));
         }
+        let (probe_ready, probe_results) = tokio::sync::mpsc::channel(EVENT_QUEUE);
         Ok(Supervisor {
             ctx,
             desired: desired.clone(),
@@ -184,6 +210,9 @@ impl Supervisor {
             next_worker: 1,
             shutting_down: false,
             sent_ready: false,
+            notify_env: None,
+            probe_ready,
+            probe_results: Some(probe_results),
             last_full_pass: Instant::now(),
         })
     }
@@ -196,6 +225,25 @@ impl Supervisor {
         let mut hangups = signal(SignalKind::hangup())?;
         let (changed, mut changes) = tokio::sync::mpsc::channel(CONFIG_QUEUE);
         tokio::spawn(watcher.run(initial, changed));
+        let (notified, mut notifications) = tokio::sync::mpsc::channel(EVENT_QUEUE);
+        let name = format!(
+            "supervise-{}-{}",
+            file_key(&self.desired.source),
+            std::process::id()
+        );
+        match NotifySocket::bind(&name) {
+            Ok(socket) => {
+                self.notify_env = Some(OsString::from(&socket.env_value));
+                tokio::spawn(socket.run(notified));
+            }
+            Err(error) => error!(
+                "cannot bind the notify socket @{name}: {error}; `ready: notify` workers will time out"
+            ),
+        }
+        let mut probe_results = self
+            .probe_results
+            .take()
+            .unwrap_or_else(|| tokio::sync::mpsc::channel(1).1);
         let instances: u32 = self.apps.values().map(|a| a.spec.instances).sum();
         info!(
             event = "applied",
@@ -232,6 +280,8 @@ impl Supervisor {
                     ),
                 },
                 Some(bytes) = changes.recv() => self.reload(&bytes, "the file changed"),
+                Some((app, id, pid)) = probe_results.recv() => self.ready_signal(&app, id, pid, "probe"),
+                Some(notification) = notifications.recv() => self.on_notification(notification),
                 _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => self.on_timer(),
             }
         }
@@ -358,6 +408,129 @@ impl Supervisor {
             self.sockets.ensure(&listen.address, &spec.name)?;
         }
         Ok(())
+    }
+
+    /// Start the readiness probe of a new process, if its app has one.
+    fn start_probe(
+        &self,
+        app: &str,
+        id: WorkerId,
+        slot: u32,
+        pid: i32,
+        readiness: &Readiness,
+    ) -> Option<tokio::task::AbortHandle> {
+        let target = match readiness {
+            Readiness::Tcp(template) => {
+                validate::parse_host_port(&template.expand(slot)).map(Probe::Tcp)
+            }
+            Readiness::Http(template) => validate::parse_http_url(&template.expand(slot))
+                .map(|(address, path)| Probe::Http { address, path }),
+            Readiness::Immediate | Readiness::Notify | Readiness::Delay(_) => return None,
+        };
+        let probe = match target {
+            Ok(probe) => probe,
+            Err(error) => {
+                error!(app, slot, "{}: cannot probe: {error}", label(app, slot));
+                return None;
+            }
+        };
+        let report = self.probe_ready.clone();
+        let app = app.to_string();
+        let task = tokio::spawn(async move {
+            probe.until_ready().await;
+            let _ = report.send((app, id, pid)).await;
+        });
+        Some(task.abort_handle())
+    }
+
+    /// A probe or a notification says worker `id` (process `pid`) is ready.
+    fn ready_signal(&mut self, app_name: &str, id: WorkerId, pid: i32, via: &str) {
+        let now = Instant::now();
+        let spawned_at = self.processes.get(&pid).map(|p| p.spawned_at);
+        let Some(app) = self.apps.get_mut(app_name) else {
+            return;
+        };
+        app.dirty = true;
+        let Some(worker) = app.workers.iter_mut().find(|w| w.id == id) else {
+            return;
+        };
+        if !matches!(worker.state, State::Starting { pid: p, .. } if p == pid) {
+            return;
+        }
+        let (slot, generation) = (worker.slot, worker.generation);
+        if worker.ready(now).is_ok() {
+            let after = spawned_at
+                .map(|t| short_duration(now - t))
+                .unwrap_or_default();
+            info!(
+                event = "ready",
+                app = app_name,
+                slot,
+                pid,
+                generation,
+                via,
+                "{} is ready (pid {pid}, after {after}, by {via})",
+                label(app_name, slot)
+            );
+        }
+    }
+
+    /// A datagram on the notify socket: find its worker by the sender's
+    /// process group, check the sender's uid, and act on what it says.
+    fn on_notification(&mut self, notification: Notification) {
+        let leader = [
+            notification.sender_pgid,
+            Some(notification.sender_pid),
+            notification.main_pid,
+        ]
+        .into_iter()
+        .flatten()
+        .find(|pid| self.processes.contains_key(pid));
+        let Some(leader) = leader else {
+            debug!(
+                pid = notification.sender_pid,
+                "notify datagram from pid {} which belongs to no worker; ignored",
+                notification.sender_pid
+            );
+            return;
+        };
+        let Some(process) = self.processes.get(&leader) else {
+            return;
+        };
+        let (app_name, id) = (process.app.clone(), process.id);
+        let Some(app) = self.apps.get(&app_name) else {
+            return;
+        };
+        let definition = app
+            .workers
+            .iter()
+            .find(|w| w.id == id)
+            .and_then(|w| app.definitions.get(&w.generation));
+        // SAFETY: geteuid has no preconditions.
+        let expected_uid = definition
+            .and_then(|d| d.identity.as_ref().map(|i| i.uid))
+            .unwrap_or_else(|| unsafe { libc::geteuid() });
+        if notification.sender_uid != expected_uid && notification.sender_uid != 0 {
+            warn!(
+                app = %app_name, pid = notification.sender_pid,
+                "notify datagram for {app_name} from uid {}, not the worker's uid {expected_uid}; ignored",
+                notification.sender_uid
+            );
+            return;
+        }
+        let notify_ready = matches!(app.spec.ready, Readiness::Notify);
+        if let Some(process) = self.processes.get_mut(&leader)
+            && let Some(status) = notification.status
+        {
+            debug!(app = %app_name, pid = leader, "STATUS={status}");
+            process.status = Some(status);
+        }
+        if notification.stopping {
+            debug!(app = %app_name, pid = leader, "the worker says it is stopping");
+        }
+        if notification.ready && notify_ready {
+            self.ready_signal(&app_name, id, leader, "notify");
+        }
     }
 
     fn begin_shutdown(&mut self, why: &str) {
@@ -689,7 +862,7 @@ impl Supervisor {
             readiness: &readiness,
             listen_fds: &fds,
             listen_bound: &bound,
-            notify_socket: None,
+            notify_socket: self.notify_env.as_deref(),
             base_env: &self.ctx.base_env,
             nofile_soft: self.ctx.nofile_soft,
         };
@@ -721,6 +894,7 @@ impl Supervisor {
                     self.ctx.sink.clone(),
                     format,
                 ));
+                let probe = self.start_probe(app_name, id, slot, pid, &readiness);
                 self.processes.insert(
                     pid,
                     ProcessHandle {
@@ -728,6 +902,8 @@ impl Supervisor {
                         id,
                         spawned_at: now,
                         exec_status: spawned.exec_status,
+                        probe,
+                        status: None,
                     },
                 );
                 info!(

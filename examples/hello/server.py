@@ -5,10 +5,14 @@ It serves on the listening socket the supervisor passes as fd 3 (systemd's
 socket-activation protocol: LISTEN_FDS, and LISTEN_PID must be our own pid);
 without one it binds $PORT (default 8080) itself.
 
-On SIGTERM it drains: it stops accepting, finishes requests in flight, answers
-any further request on a kept-alive connection with `Connection: close` (so the
-client reconnects to a sibling instead of hitting a closed socket), gives idle
-connections a short window, and exits.
+On SIGTERM it drains, so a rolling reload loses no request:
+1. it stops accepting (its siblings share the socket and take new connections);
+2. requests in flight finish;
+3. a further request on a kept-alive connection is answered with
+   `Connection: close`, so the client reconnects — to a sibling — instead of
+   writing into a closed socket;
+4. connections still idle after DRAIN_WINDOW are closed;
+5. it exits once every connection is done.
 """
 import os
 import signal
@@ -19,10 +23,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 INSTANCE = os.environ.get("SUPERVISE_INSTANCE", "0")
 GREETING = os.environ.get("GREETING", "hello")
+KEEPALIVE_SECONDS = 5.0
 DRAIN_WINDOW_SECONDS = 1.0
 draining = threading.Event()
+connections = set()
+connections_lock = threading.Lock()
 served = 0
-served_lock = threading.Lock()
 
 
 def inherited_listener():
@@ -36,12 +42,29 @@ def inherited_listener():
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    # An idle kept-alive connection is closed after this long; it bounds the drain.
-    timeout = DRAIN_WINDOW_SECONDS
+    timeout = KEEPALIVE_SECONDS  # an idle kept-alive connection closes after this
+    busy = False
+
+    def setup(self):
+        super().setup()
+        try:
+            # Headers and body are separate writes: without this, Nagle's
+            # algorithm and delayed ACKs add ~40 ms to every kept-alive request.
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass  # a Unix socket
+        with connections_lock:
+            connections.add(self)
+
+    def finish(self):
+        with connections_lock:
+            connections.discard(self)
+        super().finish()
 
     def do_GET(self):
         global served
-        with served_lock:
+        self.busy = True
+        with connections_lock:
             served += 1
             count = served
         body = f"{GREETING} from instance {INSTANCE} (pid {os.getpid()}, request {count})\n".encode()
@@ -53,9 +76,21 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         self.end_headers()
         self.wfile.write(body)
+        self.busy = False
 
     def log_message(self, format, *args):
         pass
+
+
+def close_idle_connections():
+    """After the drain window: close what is still open and not mid-request."""
+    with connections_lock:
+        idle = [c for c in connections if not c.busy]
+    for connection in idle:
+        try:
+            connection.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 def main():
@@ -67,18 +102,19 @@ def main():
         server = ThreadingHTTPServer(listener.getsockname(), Handler, bind_and_activate=False)
         server.socket.close()
         server.socket = listener
-    server.daemon_threads = False  # server_close() waits for requests in flight
+    server.daemon_threads = False  # server_close() waits for every connection
 
     def stop(signum, frame):
         draining.set()
         # shutdown() waits for serve_forever() to return: call it off this thread.
         threading.Thread(target=server.shutdown).start()
+        threading.Timer(DRAIN_WINDOW_SECONDS, close_idle_connections).start()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     print(f"instance {INSTANCE} serving on {server.socket.getsockname()}", flush=True)
-    server.serve_forever(poll_interval=0.5)
-    server.socket.close()
+    server.serve_forever(poll_interval=0.05)
+    server.socket.close()  # our copy of the listener: siblings keep accepting
     server.server_close()
     print(f"instance {INSTANCE} drained after {served} requests", flush=True)
     sys.exit(0)

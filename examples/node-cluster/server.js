@@ -2,9 +2,7 @@
 // of server that needs several processes to use several cores.
 //
 // It accepts on fd 3 when the supervisor passed a socket to this very process
-// (LISTEN_PID), else it binds $PORT. On SIGTERM it drains: stops accepting,
-// answers further requests on kept-alive connections with `Connection: close`,
-// closes idle connections, and exits once the requests in flight are done.
+// (LISTEN_PID), else it binds $PORT. On SIGTERM it drains (see drain()).
 'use strict';
 const http = require('http');
 
@@ -32,6 +30,10 @@ server.listen(inherited ? { fd: 3 } : Number(process.env.PORT || 3000), () => {
   console.log(`instance ${instance} listening (${inherited ? 'fd 3' : 'own port'})`);
 });
 
+// On SIGTERM: stop accepting (siblings share the socket), answer further
+// requests on kept-alive connections with `Connection: close` so clients
+// reconnect to a sibling, close connections still idle after the drain window,
+// and exit once every connection is done.
 function drain() {
   if (draining) return;
   draining = true;
@@ -39,8 +41,8 @@ function drain() {
     console.log(`instance ${instance} drained after ${served} requests`);
     process.exit(0);
   });
-  server.closeIdleConnections();
-  setTimeout(() => server.closeAllConnections(), DRAIN_WINDOW_MS).unref();
+  setTimeout(() => server.closeIdleConnections(), DRAIN_WINDOW_MS).unref();
+  setTimeout(() => server.closeAllConnections(), 4 * DRAIN_WINDOW_MS).unref();
 }
 process.on('SIGTERM', drain);
 process.on('SIGINT', drain);

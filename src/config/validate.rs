@@ -947,7 +947,7 @@ fn parse_listen_address(text: &str, folder: &Path) -> Result<ListenAddress, (Str
 /// `IP:PORT`, `[v6]:PORT`, `:PORT` (all IPv4 interfaces), `localhost:PORT`.
 /// Host names other than `localhost` are not resolved: an address is bound once
 /// at start and must not depend on DNS.
-fn parse_host_port(text: &str) -> Result<SocketAddr, String> {
+pub fn parse_host_port(text: &str) -> Result<SocketAddr, String> {
     let text = text.trim();
     let Some((host, port)) = text.rsplit_once(':') else {
         return Err("missing `:PORT`".into());

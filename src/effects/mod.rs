@@ -3,7 +3,9 @@
 //! decisions are made in [`crate::reconcile`] and [`crate::worker`].
 
 pub mod logging;
+pub mod notify;
 pub mod output;
+pub mod probe;
 pub mod procfs;
 pub mod runtime;
 pub mod sockets;

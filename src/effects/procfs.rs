@@ -21,6 +21,11 @@ pub fn group_members(pgid: i32) -> usize {
         .count()
 }
 
+/// The process group of `pid`, if it still exists (zombies included).
+pub fn pgrp(pid: i32) -> Option<i32> {
+    stat_pgrp(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
 /// The process group field of a `/proc/PID/stat` line. The command name (field
 /// 2) may contain spaces and parentheses, so parse after the *last* `)`.
 pub fn stat_pgrp(stat: &str) -> Option<i32> {
