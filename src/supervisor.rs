@@ -752,6 +752,12 @@ impl Supervisor {
                     return;
                 };
                 let (slot, generation) = (worker.slot, worker.generation);
+                let started = match worker.state {
+                    State::Starting { since, .. } => since,
+                    State::Ready { started, .. } => started,
+                    _ => now,
+                };
+                let uptime_ms = now.saturating_duration_since(started).as_millis() as u64;
                 if worker.stop(now, kill_timeout, then).is_ok() {
                     let why = match reason {
                         StopReason::ScaleDown if self.shutting_down => "shutdown",
@@ -766,6 +772,7 @@ impl Supervisor {
                         pid,
                         generation,
                         reason = why,
+                        uptime_ms,
                         "{} stopping ({why}): {} to process group {pid}",
                         label(app_name, slot),
                         signal.as_str()
@@ -1082,6 +1089,7 @@ impl Supervisor {
                 continue;
             };
             let took = short_duration(now - since);
+            let took_ms = now.saturating_duration_since(since).as_millis() as u64;
             let how = match (killed, leader_exit) {
                 (true, _) => "killed with SIGKILL".to_string(),
                 (false, Some(exit)) => format!("{exit}"),
@@ -1091,14 +1099,14 @@ impl Supervisor {
                 Ok(None) => {
                     app.workers.remove(index);
                     info!(
-                        event = "stopped", app = %name, slot, pid, generation, killed,
+                        event = "stopped", app = %name, slot, pid, generation, killed, took_ms,
                         "{} stopped in {took} ({how})", label(&name, slot)
                     );
                 }
                 Ok(Some(decision)) => {
                     let (decision_name, attempt, delay_ms) = decision_fields(&decision);
                     info!(
-                        event = "stopped", app = %name, slot, pid, generation, killed,
+                        event = "stopped", app = %name, slot, pid, generation, killed, took_ms,
                         decision = decision_name, attempt, delay_ms,
                         "{} stopped in {took} ({how}); {}", label(&name, slot), describe_decision(&decision)
                     );
