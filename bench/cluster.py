@@ -111,12 +111,13 @@ def parse_wrk(out):
 
 
 class Supervise:
-    def __init__(self, instances, port, command=None, extra=""):
+    def __init__(self, instances, port, command=None, extra="", listen=None):
         self.dir = tempfile.mkdtemp(prefix="supervise-cluster-")
         os.mkdir(os.path.join(self.dir, "run"), 0o700)
         self.port = port
         self.command = command or f"[node, {SERVER_JS}]"
         self.extra = extra
+        self.listen = listen or f"127.0.0.1:{port}"
         self.write(instances, "1")
         env = dict(os.environ, XDG_RUNTIME_DIR=os.path.join(self.dir, "run"))
         env.pop("NOTIFY_SOCKET", None)
@@ -134,7 +135,7 @@ class Supervise:
             "apps:\n  api:\n"
             f"    command: {self.command}\n"
             f"    instances: {instances}\n"
-            f"    listen: 127.0.0.1:{self.port}\n"
+            f"    listen: {self.listen}\n"
             "    kill_timeout: 10s\n"
             f"    env: {{VERSION: '{version}'}}\n{self.extra}"
         )
@@ -323,14 +324,24 @@ def main():
         pm.stop()
     print(f"| pm2: `pm2 scale` 2 -> 4 -> 2 | {r['requests']} | {r['non2xx']} | {r['socket_errors']} ({r['error_detail']}) |")
 
-    # A greedy accept loop: a Python asyncio worker pair on one shared socket.
-    port = free_port()
+    # A greedy accept loop: a Python asyncio worker pair, on one shared socket
+    # and on one SO_REUSEPORT socket per instance.
     greedy = os.path.join(ROOT, "bench", "greedy_worker.py")
-    sup = Supervise(2, port, command=f"[python3, {greedy}]")
-    r = wrk(port, args.duration)
-    sup.stop()
-    print(f"\n## A greedy accept loop (Python asyncio pair, shared accept queue)\n")
-    print(f"{r['rps']:.0f} req/s; spread {spread(sup.served())}")
+    print("\n## A greedy accept loop (Python asyncio worker pair)\n")
+    print("| sockets | req/s (median) | spread per round (min/max) |")
+    print("|---|---|---|")
+    for label, reuseport in [("one shared accept queue", False), ("reuseport: one per instance", True)]:
+        rates, spreads_seen = [], []
+        for _ in range(args.rounds):
+            port = free_port()
+            listen = f"{{address: '127.0.0.1:{port}', reuseport: true}}" if reuseport else None
+            sup = Supervise(2, port, command=f"[python3, {greedy}]", listen=listen)
+            r = wrk(port, args.duration)
+            sup.stop()
+            rates.append(r["rps"])
+            counts = sup.served()
+            spreads_seen.append(f"{min(counts) / max(counts):.2f}" if len(counts) == 2 and max(counts) else "n/a")
+        print(f"| {label} | {statistics.median(rates):.0f} | {', '.join(spreads_seen)} |")
 
 
 if __name__ == "__main__":

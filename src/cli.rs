@@ -244,6 +244,9 @@ pub fn summary(shown: &str, desired: &Desired, diagnostics: &[diagnostic::Diagno
         }
         for listen in &app.process.listen {
             line.push_str(&format!("  listen {}", listen.address));
+            if listen.reuseport {
+                line.push_str(" (reuseport)");
+            }
         }
         text.push_str(line.trim_end());
         text.push('\n');

@@ -253,6 +253,7 @@ mod tests {
         let listen = |address: &str| ListenSpec {
             name: "api".into(),
             address: ListenAddress::Tcp(address.parse().unwrap()),
+            reuseport: false,
         };
         let mut before = app("api", 2);
         before.process.listen = vec![listen("0.0.0.0:5000")];

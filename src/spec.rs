@@ -231,6 +231,8 @@ pub struct ListenSpec {
     /// The name passed in `LISTEN_FDNAMES`.
     pub name: String,
     pub address: ListenAddress,
+    /// One SO_REUSEPORT socket per instance instead of one shared socket.
+    pub reuseport: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

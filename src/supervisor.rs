@@ -24,14 +24,14 @@ use crate::effects::output::{self, LogFormat, LogSink, Source, Stream};
 use crate::effects::probe::Probe;
 use crate::effects::procfs;
 use crate::effects::runtime::file_key;
-use crate::effects::sockets::{BindError, SocketRegistry};
+use crate::effects::sockets::{BindError, SocketKey, SocketRegistry};
 use crate::effects::spawn::{self, SpawnRequest};
 use crate::effects::systemd::SystemdNotifier;
 use crate::effects::undertaker::Undertaker;
 use crate::effects::watch::FileWatcher;
 use crate::plan::{self, AppChange};
 use crate::reconcile::{self, Action, StopReason, Target};
-use crate::spec::{AppSpec, Desired, ListenAddress, ProcessDefinition, Readiness};
+use crate::spec::{AppSpec, Desired, ProcessDefinition, Readiness};
 use crate::worker::{AfterStop, Decision, Exit, State, Worker, WorkerId};
 
 /// The guard: every app is reconciled at least this often.
@@ -190,8 +190,8 @@ impl Supervisor {
         let mut sockets = SocketRegistry::default();
         let mut apps = IndexMap::new();
         for spec in &desired.apps {
-            for listen in &spec.process.listen {
-                if let Err(error) = sockets.ensure(&listen.address, &spec.name) {
+            for key in socket_keys(spec) {
+                if let Err(error) = sockets.ensure(&key, &spec.name) {
                     return Err((spec.name.clone(), error));
                 }
             }
@@ -404,8 +404,8 @@ impl Supervisor {
 
     /// Bind (or find) every socket of `spec`.
     fn bind_all(&mut self, spec: &AppSpec) -> Result<(), BindError> {
-        for listen in &spec.process.listen {
-            self.sockets.ensure(&listen.address, &spec.name)?;
+        for key in socket_keys(spec) {
+            self.sockets.ensure(&key, &spec.name)?;
         }
         Ok(())
     }
@@ -678,21 +678,40 @@ impl Supervisor {
     /// Close every socket that no app's current definition, nor an older one a
     /// worker still runs, uses.
     fn sweep_sockets(&mut self) {
-        let wanted: Vec<ListenAddress> = self
-            .apps
-            .values()
-            .flat_map(|app| {
-                app.definitions
-                    .iter()
-                    .filter(|(g, _)| {
-                        !app.removed || app.workers.iter().any(|w| w.generation == **g)
-                    })
-                    .flat_map(|(_, d)| d.listen.iter().map(|l| l.address.clone()))
-            })
-            .collect();
-        let wanted: Vec<&ListenAddress> = wanted.iter().collect();
+        let mut wanted: Vec<SocketKey> = Vec::new();
+        for app in self.apps.values() {
+            // Reuseport sockets are per slot: wanted slots, and slots with a worker.
+            let mut slots: Vec<u32> = (0..app.spec.instances).collect();
+            slots.extend(app.workers.iter().map(|w| w.slot));
+            for (generation, definition) in &app.definitions {
+                if app.removed && !app.workers.iter().any(|w| w.generation == *generation) {
+                    continue;
+                }
+                for listen in &definition.listen {
+                    if listen.reuseport {
+                        wanted.extend(slots.iter().map(|slot| SocketKey {
+                            address: listen.address.clone(),
+                            slot: Some(*slot),
+                        }));
+                    } else {
+                        wanted.push(SocketKey {
+                            address: listen.address.clone(),
+                            slot: None,
+                        });
+                    }
+                }
+            }
+        }
         for closed in self.sockets.retain(&wanted) {
-            info!(event = "unlistening", address = %closed, "closed the socket on {closed}");
+            let address = &closed.address;
+            match closed.slot {
+                Some(slot) => {
+                    info!(event = "unlistening", address = %address, slot, "closed the socket on {address} of slot {slot}")
+                }
+                None => {
+                    info!(event = "unlistening", address = %address, "closed the socket on {address}")
+                }
+            }
         }
     }
 
@@ -842,12 +861,16 @@ impl Supervisor {
         let mut fds = Vec::with_capacity(definition.listen.len());
         let mut bound = Vec::with_capacity(definition.listen.len());
         for listen in &definition.listen {
-            let mut result = self.sockets.ensure(&listen.address, app_name);
+            let key = SocketKey {
+                address: listen.address.clone(),
+                slot: listen.reuseport.then_some(slot),
+            };
+            let mut result = self.sockets.ensure(&key, app_name);
             if result.is_err() {
                 // An overlapping address that nobody wants any more may still
                 // be open: close what is unwanted and try once more.
                 self.sweep_sockets();
-                result = self.sockets.ensure(&listen.address, app_name);
+                result = self.sockets.ensure(&key, app_name);
             }
             match result {
                 Ok((fd, local)) => {
@@ -1162,6 +1185,25 @@ fn decision_fields(decision: &Decision) -> (&'static str, Option<u32>, Option<u6
         Decision::GiveUp { .. } => ("failed", None, None),
         Decision::Done => ("done", None, None),
     }
+}
+
+/// The sockets an app needs now: one per address, or one per slot with reuseport.
+fn socket_keys(spec: &AppSpec) -> Vec<SocketKey> {
+    spec.process
+        .listen
+        .iter()
+        .flat_map(|listen| {
+            let slots: Vec<Option<u32>> = if listen.reuseport {
+                (0..spec.instances).map(Some).collect()
+            } else {
+                vec![None]
+            };
+            slots.into_iter().map(|slot| SocketKey {
+                address: listen.address.clone(),
+                slot,
+            })
+        })
+        .collect()
 }
 
 fn change_app(change: &AppChange) -> &str {

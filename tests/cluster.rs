@@ -436,3 +436,52 @@ fn a_replacement_that_crashes_halts_the_rollout_and_the_old_instances_serve() {
     assert_eq!(answered.len(), 3, "all three old instances still serve");
     assert!(old.iter().all(|p| !is_gone(*p)));
 }
+
+#[test]
+fn reuseport_gives_each_instance_its_own_socket_on_the_one_port() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut s = Supervised::start(&format!(
+        "apps:\n  web:\n    command: [python3, \"{}\"]\n    instances: 2\n    listen: {{address: \"127.0.0.1:{port}\", reuseport: true}}\n    ready: {{delay: 300ms}}\n",
+        hello_server()
+    ));
+    s.wait_count("ready", "web", 2);
+    let listening: Vec<u64> = s
+        .events
+        .iter()
+        .filter(|e| e["event"] == "listening")
+        .filter_map(|e| e["slot"].as_u64())
+        .collect();
+    assert_eq!(listening, [0, 1], "one socket per slot");
+    let sockets: BTreeSet<String> = s
+        .running_pids("web")
+        .iter()
+        .map(|pid| {
+            std::fs::read_link(format!("/proc/{pid}/fd/3"))
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    assert_eq!(sockets.len(), 2, "different sockets: {sockets:?}");
+    let mut answered = BTreeSet::new();
+    let start = Instant::now();
+    while answered.len() < 2 && start.elapsed() < WAIT {
+        let mut stream =
+            BufReader::new(TcpStream::connect(("127.0.0.1", port)).expect("never refused"));
+        let (body, _) = request(&mut stream).unwrap().expect("an answer");
+        answered.insert(
+            body.split("pid ")
+                .nth(1)
+                .unwrap()
+                .split(',')
+                .next()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    assert_eq!(answered.len(), 2, "both instances accept on the one port");
+}

@@ -37,8 +37,18 @@ fn duration() -> impl Strategy<Value = DurationText> {
 fn listen_entry() -> impl Strategy<Value = ListenEntry> {
     prop_oneof![
         text().prop_map(ListenEntry::Address),
-        (text(), text())
-            .prop_map(|(name, address)| ListenEntry::Named(NamedListen { name, address })),
+        (
+            text(),
+            proptest::option::of(text()),
+            proptest::option::of(any::<bool>())
+        )
+            .prop_map(
+                |(address, name, reuseport)| ListenEntry::Socket(SocketEntry {
+                    address,
+                    name,
+                    reuseport
+                })
+            ),
     ]
 }
 

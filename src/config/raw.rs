@@ -133,27 +133,38 @@ pub enum MaxKeyword {
 #[serde(untagged)]
 #[schemars(extend("x-expected" = "an address, a {name, address} mapping, or a list of them"))]
 pub enum Listen {
-    // `Many` comes first: serde would also read a two-element list as a
-    // `NamedListen` (derived structs accept sequences), so the list must win.
+    // `Many` comes first: serde would also read a list as a `SocketEntry`
+    // (derived structs accept sequences), so the list must win.
     Many(Vec<ListenEntry>),
     One(ListenEntry),
 }
 
-/// One listening socket: `host:port`, `[v6]:port`, `:port`, `unix:/path`, or a named one.
+/// One listening socket: `host:port`, `[v6]:port`, `:port`, `unix:/path`, or a
+/// mapping with more settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
-#[schemars(extend("x-expected" = "an address such as \"0.0.0.0:5000\" or a {name, address} mapping"))]
+#[schemars(extend(
+    "x-expected" = "an address such as \"0.0.0.0:5000\" or an {address, name, reuseport} mapping"
+))]
 pub enum ListenEntry {
     Address(String),
-    Named(NamedListen),
+    Socket(SocketEntry),
 }
 
-/// A listening socket with a name for `LISTEN_FDNAMES`.
+/// A listening socket with settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct NamedListen {
-    pub name: String,
+pub struct SocketEntry {
+    /// `host:port`, `[v6]:port`, `:port` or `unix:/path`.
     pub address: String,
+    /// The name passed in `LISTEN_FDNAMES`. Default: the app's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// One socket per instance (SO_REUSEPORT) instead of one shared accept
+    /// queue: the kernel spreads connections evenly even over workers with
+    /// greedy accept loops. TCP only. Default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reuseport: Option<bool>,
 }
 
 /// `ready`: a keyword or a probe.

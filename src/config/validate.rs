@@ -324,28 +324,50 @@ impl<'a> AppContext<'a> {
         let mut specs = Vec::new();
         let mut names = HashSet::new();
         for (entry, entry_path) in entries {
-            let (name, address, address_path) = match entry {
-                raw::ListenEntry::Address(address) => (self.name.to_string(), address, entry_path),
-                raw::ListenEntry::Named(named) => {
+            let (name, address, address_path, reuseport) = match entry {
+                raw::ListenEntry::Address(address) => {
+                    (self.name.to_string(), address, entry_path, false)
+                }
+                raw::ListenEntry::Socket(socket) => {
                     let mut name_path = entry_path.clone();
                     name_path.push(key("name"));
-                    if !valid_fd_name(&named.name) {
+                    let name = socket.name.unwrap_or_else(|| self.name.to_string());
+                    if !valid_fd_name(&name) {
                         reporter
-                            .error(&name_path, format!("invalid socket name `{}`", named.name))
+                            .error(&name_path, format!("invalid socket name `{name}`"))
                             .help("names go into LISTEN_FDNAMES: 1 to 255 printable ASCII characters, no `:`");
-                    } else if !names.insert(named.name.clone()) {
+                    } else if name != self.name && !names.insert(name.clone()) {
                         reporter.error(
                             &name_path,
-                            format!("socket name `{}` is used twice in this app", named.name),
+                            format!("socket name `{name}` is used twice in this app"),
                         );
                     }
                     let mut address_path = entry_path;
                     address_path.push(key("address"));
-                    (named.name, named.address, address_path)
+                    (
+                        name,
+                        socket.address,
+                        address_path,
+                        socket.reuseport.unwrap_or(false),
+                    )
                 }
             };
             match parse_listen_address(&address, self.folder) {
-                Ok(address) => specs.push(ListenSpec { name, address }),
+                Ok(ListenAddress::Unix(_)) if reuseport => {
+                    reporter
+                        .error(&address_path, "`reuseport` works with TCP addresses only")
+                        .help("drop `reuseport: true`, or listen on IP:PORT");
+                }
+                Ok(ListenAddress::Tcp(address)) if reuseport && address.port() == 0 => {
+                    reporter
+                        .error(&address_path, "`reuseport` needs a fixed port")
+                        .help("every instance binds its own socket to the same port, so port 0 (any free port) cannot work");
+                }
+                Ok(address) => specs.push(ListenSpec {
+                    name,
+                    address,
+                    reuseport,
+                }),
                 Err((message, help)) => {
                     reporter.error(&address_path, message).help(help);
                 }

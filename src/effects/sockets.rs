@@ -6,6 +6,12 @@
 //! with nobody listening. Every instance of an app receives the same sockets as
 //! fd 3, 4, …. The sockets stay in blocking mode: that is a property shared
 //! with the workers (systemd does the same), and the supervisor never accepts.
+//!
+//! With `reuseport`, each instance slot gets a socket of its own on the same
+//! address (SO_REUSEPORT): the kernel then spreads connections over the
+//! sockets by hash, which keeps workers with greedy accept loops even. A
+//! closing socket's queued connections move to its siblings only with the
+//! `net.ipv4.tcp_migrate_req` sysctl set to 1; we warn when it is not.
 
 use std::collections::HashMap;
 use std::io;
@@ -20,6 +26,13 @@ use crate::spec::ListenAddress;
 /// The listen backlog. The kernel caps it at `net.core.somaxconn`.
 pub const LISTEN_BACKLOG: i32 = 1024;
 
+/// What a socket is registered under: its address, and for `reuseport` the slot.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SocketKey {
+    pub address: ListenAddress,
+    pub slot: Option<u32>,
+}
+
 #[derive(Debug)]
 struct Bound {
     fd: OwnedFd,
@@ -29,7 +42,8 @@ struct Bound {
 
 #[derive(Debug, Default)]
 pub struct SocketRegistry {
-    sockets: HashMap<ListenAddress, Bound>,
+    sockets: HashMap<SocketKey, Bound>,
+    warned_about_migration: bool,
 }
 
 /// A socket that could not be bound, with the address and the reason.
@@ -41,22 +55,31 @@ pub struct BindError {
 }
 
 impl SocketRegistry {
-    /// The fd and actual address for `address`, binding it (for `app`, in the
+    /// The fd and actual address for `key`, binding it (for `app`, in the
     /// log) if new.
     pub fn ensure(
         &mut self,
-        address: &ListenAddress,
+        key: &SocketKey,
         app: &str,
     ) -> Result<(RawFd, ListenAddress), BindError> {
-        if let Some(bound) = self.sockets.get(address) {
+        if let Some(bound) = self.sockets.get(key) {
             return Ok((bound.fd.as_raw_fd(), bound.local.clone()));
+        }
+        let address = &key.address;
+        let reuseport = key.slot.is_some();
+        if reuseport && !self.warned_about_migration && !connection_migration_enabled() {
+            self.warned_about_migration = true;
+            tracing::warn!(
+                "net.ipv4.tcp_migrate_req is not 1: connections queued on a stopping instance's \
+                 reuseport socket are lost instead of moving to its siblings (sysctl -w net.ipv4.tcp_migrate_req=1)"
+            );
         }
         let fail = |reason: String| BindError {
             address: address.clone(),
             reason,
         };
         let socket = match address {
-            ListenAddress::Tcp(socket_address) => bind_tcp(socket_address),
+            ListenAddress::Tcp(socket_address) => bind_tcp(socket_address, reuseport),
             ListenAddress::Unix(path) => bind_unix(path),
         }
         .map_err(|e| fail(e.to_string()))?;
@@ -68,11 +91,19 @@ impl SocketRegistry {
                 .map_or_else(|| address.clone(), ListenAddress::Tcp),
             ListenAddress::Unix(_) => address.clone(),
         };
-        tracing::info!(event = "listening", app, address = %local, "{app}: listening on {local}");
+        match key.slot {
+            Some(slot) => tracing::info!(
+                event = "listening", app, slot, address = %local,
+                "{app}.{slot}: listening on {local} (reuseport)"
+            ),
+            None => {
+                tracing::info!(event = "listening", app, address = %local, "{app}: listening on {local}")
+            }
+        }
         let fd = OwnedFd::from(socket);
         let raw = fd.as_raw_fd();
         self.sockets.insert(
-            address.clone(),
+            key.clone(),
             Bound {
                 fd,
                 local: local.clone(),
@@ -81,27 +112,22 @@ impl SocketRegistry {
         Ok((raw, local))
     }
 
-    /// Close every socket whose address is not in `wanted` (a Unix socket's
+    /// Close every socket whose key is not in `wanted` (a Unix socket's
     /// file is removed too).
-    pub fn retain(&mut self, wanted: &[&ListenAddress]) -> Vec<ListenAddress> {
-        let unwanted: Vec<ListenAddress> = self
+    pub fn retain(&mut self, wanted: &[SocketKey]) -> Vec<SocketKey> {
+        let unwanted: Vec<SocketKey> = self
             .sockets
             .keys()
-            .filter(|a| !wanted.contains(a))
+            .filter(|k| !wanted.contains(k))
             .cloned()
             .collect();
-        for address in &unwanted {
-            self.sockets.remove(address);
-            if let ListenAddress::Unix(path) = address {
+        for key in &unwanted {
+            self.sockets.remove(key);
+            if let ListenAddress::Unix(path) = &key.address {
                 let _ = std::fs::remove_file(path);
             }
         }
         unwanted
-    }
-
-    /// The actual address of a bound socket.
-    pub fn local(&self, address: &ListenAddress) -> Option<&ListenAddress> {
-        self.sockets.get(address).map(|b| &b.local)
     }
 
     pub fn len(&self) -> usize {
@@ -119,10 +145,18 @@ impl Drop for SocketRegistry {
     }
 }
 
-fn bind_tcp(address: &SocketAddr) -> io::Result<Socket> {
+/// Whether the kernel moves a closing reuseport socket's queue to its siblings.
+fn connection_migration_enabled() -> bool {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_migrate_req").is_ok_and(|v| v.trim() == "1")
+}
+
+fn bind_tcp(address: &SocketAddr, reuseport: bool) -> io::Result<Socket> {
     // socket2 creates the socket close-on-exec.
     let socket = Socket::new(Domain::for_address(*address), Type::STREAM, None)?;
     socket.set_reuse_address(true)?;
+    if reuseport {
+        socket.set_reuse_port(true)?;
+    }
     socket.bind(&SockAddr::from(*address))?;
     socket.listen(LISTEN_BACKLOG)?;
     Ok(socket)
@@ -159,10 +193,39 @@ fn bind_unix(path: &Path) -> io::Result<Socket> {
 mod tests {
     use super::*;
 
+    fn shared(address: ListenAddress) -> SocketKey {
+        SocketKey {
+            address,
+            slot: None,
+        }
+    }
+
+    #[test]
+    fn reuseport_gives_each_slot_its_own_socket_on_one_port() {
+        let mut registry = SocketRegistry::default();
+        let (_, local) = registry
+            .ensure(
+                &shared(ListenAddress::Tcp("127.0.0.1:0".parse().unwrap())),
+                "probe",
+            )
+            .unwrap();
+        registry.retain(&[]);
+        let per_slot = |slot| SocketKey {
+            address: local.clone(),
+            slot: Some(slot),
+        };
+        let (first, _) = registry.ensure(&per_slot(0), "test").unwrap();
+        let (second, second_local) = registry.ensure(&per_slot(1), "test").unwrap();
+        assert_ne!(first, second);
+        assert_eq!(second_local, local);
+        registry.retain(&[per_slot(0)]);
+        assert_eq!(registry.len(), 1);
+    }
+
     #[test]
     fn binds_once_per_address_and_resolves_port_zero() {
         let mut registry = SocketRegistry::default();
-        let address = ListenAddress::Tcp("127.0.0.1:0".parse().unwrap());
+        let address = shared(ListenAddress::Tcp("127.0.0.1:0".parse().unwrap()));
         let (fd, local) = registry.ensure(&address, "test").unwrap();
         let (again, _) = registry.ensure(&address, "test").unwrap();
         assert_eq!(fd, again);
@@ -185,7 +248,10 @@ mod tests {
         }
         let mut registry = SocketRegistry::default();
         let (_, local) = registry
-            .ensure(&ListenAddress::Tcp("[::1]:0".parse().unwrap()), "test")
+            .ensure(
+                &shared(ListenAddress::Tcp("[::1]:0".parse().unwrap())),
+                "test",
+            )
             .unwrap();
         assert!(matches!(local, ListenAddress::Tcp(a) if a.is_ipv6() && a.port() != 0));
     }
@@ -193,7 +259,7 @@ mod tests {
     #[test]
     fn a_port_in_use_is_an_error_naming_the_address() {
         let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let address = ListenAddress::Tcp(taken.local_addr().unwrap());
+        let address = shared(ListenAddress::Tcp(taken.local_addr().unwrap()));
         let error = SocketRegistry::default()
             .ensure(&address, "test")
             .unwrap_err();
@@ -209,7 +275,7 @@ mod tests {
     fn unix_sockets_replace_stale_files_but_not_live_ones() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.sock");
-        let address = ListenAddress::Unix(path.clone());
+        let address = shared(ListenAddress::Unix(path.clone()));
         drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
         let mut registry = SocketRegistry::default();
         registry

@@ -510,6 +510,7 @@ mod tests {
         spec.process.listen = vec![ListenSpec {
             name: "http".into(),
             address: ListenAddress::Tcp("127.0.0.1:0".parse().unwrap()),
+            reuseport: false,
         }];
         let base = vec![("A".into(), "base".into()), ("KEEP".into(), "1".into())];
         let bound = [ListenAddress::Tcp("127.0.0.1:4321".parse().unwrap())];
