@@ -89,7 +89,7 @@ impl Plan {
 
 /// Does the worker (still) stand for a process, now or soon? Counts toward `N + s`.
 fn occupies(worker: &Worker) -> bool {
-    !matches!(worker.state, State::Failed | State::Exited)
+    !matches!(worker.state, State::Failed | State::Exited | State::Held)
 }
 
 fn is_running(worker: &Worker) -> bool {
@@ -322,7 +322,7 @@ fn drive(worker: &Worker, spec: &AppSpec, now: Instant, plan: &mut Plan) {
                 plan.wake(timeout);
             }
         }
-        State::Ready { .. } | State::Stopping { .. } | State::Failed | State::Exited => {}
+        State::Ready { .. } | State::Stopping { .. } | State::Failed | State::Exited | State::Held => {}
     }
 }
 

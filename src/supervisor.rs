@@ -32,7 +32,7 @@ use crate::effects::watch::FileWatcher;
 use crate::plan::{self, AppChange};
 use crate::reconcile::{self, Action, StopReason, Target};
 use crate::spec::{AppSpec, Desired, ProcessDefinition, Readiness};
-use crate::worker::{AfterStop, Decision, Exit, State, Worker, WorkerId};
+use crate::worker::{AfterStop, Decision, Exit, State, StopEnd, Worker, WorkerId};
 
 /// The guard: every app is reconciled at least this often.
 pub const FULL_PASS_INTERVAL: Duration = Duration::from_secs(10);
@@ -1119,14 +1119,22 @@ impl Supervisor {
                 (false, None) => "gone".to_string(),
             };
             match worker.group_empty(now, &rules) {
-                Ok(None) => {
+                Ok(StopEnd::Remove) => {
                     app.workers.remove(index);
                     info!(
                         event = "stopped", app = %name, slot, pid, generation, killed, took_ms,
                         "{} stopped in {took} ({how})", label(&name, slot)
                     );
                 }
-                Ok(Some(decision)) => {
+                Ok(StopEnd::Restart) => info!(
+                    event = "stopped", app = %name, slot, pid, generation, killed, took_ms,
+                    "{} stopped in {took} ({how}); starting it again", label(&name, slot)
+                ),
+                Ok(StopEnd::Held) => info!(
+                    event = "stopped", app = %name, slot, pid, generation, killed, took_ms,
+                    "{} stopped in {took} ({how}); held until `supervise start`", label(&name, slot)
+                ),
+                Ok(StopEnd::Decided(decision)) => {
                     let (decision_name, attempt, delay_ms) = decision_fields(&decision);
                     info!(
                         event = "stopped", app = %name, slot, pid, generation, killed, took_ms,

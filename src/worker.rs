@@ -91,6 +91,23 @@ pub enum AfterStop {
     Remove,
     /// The run failed (not ready in time): count it and back off.
     Failed(Outcome),
+    /// `supervise restart`: start again at once, with a fresh backoff.
+    Restart,
+    /// `supervise stop`: stay stopped until `start` (or a change of the app).
+    Hold,
+}
+
+/// How a stop ended, once the group is empty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopEnd {
+    /// Forget the worker.
+    Remove,
+    /// The failed run was counted: the restart decision.
+    Decided(Decision),
+    /// Pending again (a restart command).
+    Restart,
+    /// Held (a stop command).
+    Held,
 }
 
 /// The states of [`Worker`].
@@ -121,6 +138,8 @@ pub enum State {
     Backoff { until: Instant },
     /// Gave up: `max_restarts` exceeded. Restarts only on a definition change or command.
     Failed,
+    /// Stopped by `supervise stop`; starts again on `start` or a change of its app.
+    Held,
     /// Ended and the restart policy says not to restart (`never`, or `on-failure` after exit 0).
     Exited,
 }
@@ -144,6 +163,7 @@ impl State {
             State::Stopping { .. } => "stopping",
             State::Backoff { .. } => "backoff",
             State::Failed => "failed",
+            State::Held => "stopped (held)",
             State::Exited => "exited",
         }
     }
@@ -331,32 +351,50 @@ impl Worker {
 
     /// The stopping worker's process group is empty and its leader reaped.
     /// Returns `None` when the worker is to be removed, else the restart decision.
-    pub fn group_empty(
-        &mut self,
-        now: Instant,
-        rules: &RestartRules,
-    ) -> Result<Option<Decision>, IllegalTransition> {
+    pub fn group_empty(&mut self, now: Instant, rules: &RestartRules) -> Result<StopEnd, IllegalTransition> {
         match self.state {
             State::Stopping {
                 leader_exit: Some(_),
                 then,
                 ..
-            } => match then {
-                AfterStop::Remove => Ok(None),
+            } => Ok(match then {
+                AfterStop::Remove => StopEnd::Remove,
                 AfterStop::Failed(outcome) => {
                     // The run already ended; decide as if from a running state.
                     self.state = State::Starting { pid: 0, since: now };
-                    Ok(Some(self.run_ended(outcome, now, rules)))
+                    StopEnd::Decided(self.run_ended(outcome, now, rules))
                 }
-            },
+                AfterStop::Restart => {
+                    self.state = State::Pending;
+                    self.attempt = 0;
+                    self.recent_restarts.clear();
+                    StopEnd::Restart
+                }
+                AfterStop::Hold => {
+                    self.state = State::Held;
+                    StopEnd::Held
+                }
+            }),
             _ => Err(self.illegal("finish stopping")),
         }
     }
 
-    /// Start over (a definition change or a command revives a failed worker).
+    /// `supervise stop` on a worker without a process: hold it as it is.
+    pub fn hold(&mut self) -> Result<(), IllegalTransition> {
+        match self.state {
+            State::Pending | State::Backoff { .. } | State::Failed | State::Exited | State::Held => {
+                self.state = State::Held;
+                Ok(())
+            }
+            _ => Err(self.illegal("hold")),
+        }
+    }
+
+    /// Start over (a definition change or a command revives a failed, exited
+    /// or held worker).
     pub fn revive(&mut self) -> Result<(), IllegalTransition> {
         match self.state {
-            State::Failed | State::Exited | State::Backoff { .. } => {
+            State::Failed | State::Exited | State::Held | State::Backoff { .. } => {
                 self.state = State::Pending;
                 self.attempt = 0;
                 self.recent_restarts.clear();
@@ -659,7 +697,7 @@ mod tests {
             }
         ));
         w.killed().unwrap();
-        assert_eq!(w.group_empty(t0, &r).unwrap(), None);
+        assert_eq!(w.group_empty(t0, &r).unwrap(), StopEnd::Remove);
     }
 
     #[test]
@@ -686,7 +724,7 @@ mod tests {
         let decision = w.group_empty(t0, &r).unwrap();
         assert_eq!(
             decision,
-            Some(Decision::Restart {
+            StopEnd::Decided(Decision::Restart {
                 attempt: 1,
                 delay: ms(100)
             })

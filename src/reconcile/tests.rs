@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::spec::{AppSpec, Readiness, ReloadLimits};
-use crate::worker::{Decision, Exit, Worker};
+use crate::worker::{Decision, Exit, StopEnd, Worker};
 
 /// A tiny supervisor loop with fake processes: applies actions the way the
 /// real one does, so whole scenarios can be played on a fake clock.
@@ -130,8 +130,9 @@ impl Sim {
         let decision = worker.exited(exit, now, &rules).unwrap();
         if matches!(worker.state, State::Stopping { .. }) {
             match worker.group_empty(now, &rules).unwrap() {
-                None => self.workers.retain(|w| w.id != id),
-                Some(decision) => return Some(decision),
+                StopEnd::Remove => self.workers.retain(|w| w.id != id),
+                StopEnd::Decided(decision) => return Some(decision),
+                StopEnd::Restart | StopEnd::Held => {}
             }
         }
         decision

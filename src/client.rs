@@ -1,0 +1,304 @@
+//! The everyday commands, as clients of a running supervisor's control socket:
+//! `status`, `reload`, `restart`, `stop`, `start`, `scale`, `logs`.
+//!
+//! The socket is found from the ecosystem file (the same default as `check`)
+//! or `--socket`. With no supervisor there, a command says so, names the
+//! socket it tried, and exits 3.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::cli::{ecosystem_path, exit};
+use crate::config;
+use crate::control::{Command, Request};
+use crate::effects::runtime;
+
+/// How long `reload` and `scale` wait for the running system to match.
+pub const WAIT_LIMIT: Duration = Duration::from_secs(300);
+/// How often they look.
+const POLL_INTERVAL: Duration = Duration::from_millis(200);
+
+/// A failure with its exit code and message.
+pub struct Failure {
+    pub code: u8,
+    pub message: String,
+}
+
+fn fail(code: u8, message: impl Into<String>) -> Failure {
+    Failure {
+        code,
+        message: message.into(),
+    }
+}
+
+/// Where the control socket of the supervisor for `file` is.
+pub fn socket_path(file: Option<&Path>, socket: Option<&Path>) -> Result<PathBuf, Failure> {
+    if let Some(socket) = socket {
+        return Ok(socket.to_path_buf());
+    }
+    let file = ecosystem_path(file).map_err(|m| fail(exit::USAGE, m))?;
+    let absolute = config::absolute_path(&file).map_err(|e| fail(exit::USAGE, format!("cannot read {}: {e}", file.display())))?;
+    Ok(runtime::runtime_dir().join(format!("{}.sock", runtime::file_key(&absolute))))
+}
+
+/// A connection to the supervisor.
+pub struct Connection {
+    reader: BufReader<UnixStream>,
+}
+
+impl Connection {
+    /// Send one request; replies are read with [`Connection::next`].
+    pub fn open(socket: &Path, command: Command) -> Result<Connection, Failure> {
+        let mut stream = UnixStream::connect(socket).map_err(|e| {
+            fail(
+                exit::NOT_RUNNING,
+                format!("no supervisor is running for this file (tried {}: {e})", socket.display()),
+            )
+        })?;
+        let mut line = serde_json::to_vec(&Request::new(command)).map_err(|e| fail(exit::USAGE, e.to_string()))?;
+        line.push(b'\n');
+        stream
+            .write_all(&line)
+            .map_err(|e| fail(exit::NOT_RUNNING, format!("{}: {e}", socket.display())))?;
+        Ok(Connection {
+            reader: BufReader::new(stream),
+        })
+    }
+
+    /// The next reply line; `None` at the end. An `ok: false` reply is a failure.
+    pub fn next(&mut self) -> Result<Option<Value>, Failure> {
+        let mut line = String::new();
+        match self.reader.read_line(&mut line) {
+            Ok(0) => Ok(None),
+            Ok(_) => {
+                let value: Value = serde_json::from_str(&line).map_err(|e| fail(exit::INVALID, format!("bad reply: {e}")))?;
+                if value["ok"] == false {
+                    let error = value["error"].as_str().unwrap_or("refused");
+                    return Err(fail(exit::INVALID, error.to_string()));
+                }
+                Ok(Some(value))
+            }
+            Err(e) => Err(fail(exit::INVALID, format!("reading the reply: {e}"))),
+        }
+    }
+}
+
+/// One request, one reply.
+pub fn ask(socket: &Path, command: Command) -> Result<Value, Failure> {
+    Connection::open(socket, command)?
+        .next()?
+        .ok_or_else(|| fail(exit::INVALID, "the supervisor closed the connection"))
+}
+
+fn print(text: &str) {
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}
+
+/// Turn a command's result into output and an exit code.
+pub fn finish(result: Result<(), Failure>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::from(exit::OK),
+        Err(failure) => {
+            let _ = writeln!(std::io::stderr(), "error: {}", failure.message);
+            ExitCode::from(failure.code)
+        }
+    }
+}
+
+fn duration(seconds: f64) -> String {
+    let s = seconds as u64;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m{}s", s / 60, s % 60),
+        3600..=86399 => format!("{}h{}m", s / 3600, (s % 3600) / 60),
+        _ => format!("{}d{}h", s / 86400, (s % 86400) / 3600),
+    }
+}
+
+fn megabytes(bytes: u64) -> String {
+    format!("{:.1} MB", bytes as f64 / 1e6)
+}
+
+/// `supervise status`: a table like `pm2 ls`.
+pub fn status(socket: &Path, all: bool, json: bool) -> Result<(), Failure> {
+    let status = ask(socket, Command::Status)?;
+    if json {
+        print(&format!("{status:#}\n"));
+        return Ok(());
+    }
+    let mut table = comfy_table::Table::new();
+    table.load_preset(comfy_table::presets::NOTHING).set_header([
+        "app", "instance", "pid", "state", "ready", "restarts", "uptime", "cpu", "memory", "last exit", "status",
+    ]);
+    /// Beyond this many instances an app shows as one summary line (unless --all).
+    const SUMMARY_ABOVE: usize = 8;
+    for app in status["apps"].as_array().into_iter().flatten() {
+        let name = app["name"].as_str().unwrap_or("?");
+        let workers = app["workers"].as_array().cloned().unwrap_or_default();
+        if workers.len() > SUMMARY_ABOVE && !all {
+            let ready = workers.iter().filter(|w| w["ready"] == true).count();
+            let restarts: u64 = workers.iter().filter_map(|w| w["restarts"].as_u64()).sum();
+            let rss: u64 = workers.iter().filter_map(|w| w["rss_bytes"].as_u64()).sum();
+            let cpu: f64 = workers.iter().filter_map(|w| w["cpu_percent"].as_f64()).sum();
+            table.add_row([
+                name.to_string(),
+                format!("{} instances", workers.len()),
+                String::new(),
+                String::new(),
+                format!("{ready}/{}", workers.len()),
+                restarts.to_string(),
+                String::new(),
+                format!("{cpu:.1}%"),
+                megabytes(rss),
+                String::new(),
+                "(--all for each)".to_string(),
+            ]);
+            continue;
+        }
+        for worker in workers {
+            table.add_row([
+                name.to_string(),
+                worker["slot"].to_string(),
+                worker["pid"].as_i64().map_or("-".into(), |p| p.to_string()),
+                worker["state"].as_str().unwrap_or("?").to_string(),
+                if worker["ready"] == true { "yes" } else { "no" }.to_string(),
+                worker["restarts"].to_string(),
+                worker["uptime_s"].as_f64().map_or("-".into(), duration),
+                worker["cpu_percent"].as_f64().map_or("-".into(), |c| format!("{c:.1}%")),
+                worker["rss_bytes"].as_u64().map_or("-".into(), megabytes),
+                worker["last_exit"].as_str().unwrap_or("-").to_string(),
+                worker["status"].as_str().unwrap_or("").to_string(),
+            ]);
+        }
+        if app["rollout"]["halted"] == true {
+            table.add_row([name.to_string(), "rollout halted: a replacement failed; old instances serve".into()]);
+        }
+    }
+    print(&format!("{table}\n"));
+    print(&format!(
+        "file {} (version {}, applied {})\n",
+        status["file"].as_str().unwrap_or("?"),
+        status["version"],
+        status["applied_at"].as_str().unwrap_or("?")
+    ));
+    if let Some(error) = status["config_error"].as_str() {
+        print(&format!("the last edit is invalid; still running the version before it:\n{error}"));
+    }
+    Ok(())
+}
+
+/// `supervise reload APP|all`: start a rolling replacement and follow it.
+pub fn reload(socket: &Path, app: &str) -> Result<(), Failure> {
+    let started = ask(socket, Command::Reload { app: app.to_string() })?;
+    let apps: Vec<String> = started["apps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a.as_str().map(str::to_string))
+        .collect();
+    let deadline = Instant::now() + WAIT_LIMIT;
+    let mut shown = String::new();
+    loop {
+        let status = ask(socket, Command::Status)?;
+        let mut done = true;
+        let mut line = Vec::new();
+        for app in status["apps"].as_array().into_iter().flatten() {
+            let name = app["name"].as_str().unwrap_or("?");
+            if !apps.iter().any(|a| a == name) {
+                continue;
+            }
+            let rollout = &app["rollout"];
+            if rollout["halted"] == true {
+                print(&format!("{name}: rollout halted: a replacement failed to become ready; the old instances keep serving\n"));
+                return Err(fail(exit::HALTED, format!("{name}: rollout halted")));
+            }
+            let (replaced, total) = (rollout["replaced"].as_u64().unwrap_or(0), rollout["total"].as_u64().unwrap_or(0));
+            line.push(format!("{name}: {replaced}/{total} replaced"));
+            done &= rollout["complete"] == true;
+        }
+        let text = line.join(", ");
+        if text != shown {
+            print(&format!("{text}\n"));
+            shown = text;
+        }
+        if done {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(fail(exit::HALTED, "timed out waiting for the rollout"));
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    }
+}
+
+/// `supervise restart|stop|start TARGET`.
+pub fn simple(socket: &Path, command: Command) -> Result<(), Failure> {
+    let reply = ask(socket, command)?;
+    if let Some(message) = reply["message"].as_str() {
+        print(&format!("{message}\n"));
+    }
+    Ok(())
+}
+
+/// `supervise logs [TARGET] [-n LINES] [-f]`.
+pub fn logs(socket: &Path, target: Option<String>, lines: usize, follow: bool) -> Result<(), Failure> {
+    let mut connection = Connection::open(socket, Command::Logs { target, lines, follow })?;
+    while let Some(reply) = connection.next()? {
+        if reply["end"] == true {
+            break;
+        }
+        if let Some(missed) = reply["missed"].as_u64() {
+            print(&format!("[{missed} lines missed]\n"));
+            continue;
+        }
+        print(&format!(
+            "{}.{} | {}\n",
+            reply["app"].as_str().unwrap_or("?"),
+            reply["slot"],
+            reply["line"].as_str().unwrap_or("")
+        ));
+    }
+    Ok(())
+}
+
+/// `supervise scale APP N|+N|-N`: edit `instances` in the file, then wait
+/// until the running count matches.
+pub fn scale(file: Option<&Path>, socket: &Path, app: &str, change: &str) -> Result<(), Failure> {
+    let path = ecosystem_path(file).map_err(|m| fail(exit::USAGE, m))?;
+    let shown = path.display().to_string();
+    let checked = config::check_file(&path, &config::Host::detect()).map_err(|e| fail(exit::USAGE, e.to_string()))?;
+    let Some(desired) = checked.desired else {
+        return Err(fail(exit::INVALID, format!("{shown} is invalid; fix it before scaling (supervise check)")));
+    };
+    let Some(spec) = desired.app(app) else {
+        return Err(fail(exit::INVALID, format!("{shown} has no app `{app}`")));
+    };
+    let before = spec.instances;
+    let after = crate::scale::target(before, change).map_err(|m| fail(exit::USAGE, m))?;
+    // The supervisor must be there to follow the edit.
+    ask(socket, Command::Status)?;
+    crate::scale::edit_file(&path, &checked.text, app, after).map_err(|m| fail(exit::INVALID, m))?;
+    let deadline = Instant::now() + WAIT_LIMIT;
+    loop {
+        let status = ask(socket, Command::Status)?;
+        let running = status["apps"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|a| a["name"] == app)
+            .map(|a| a["running"].as_u64().unwrap_or(0));
+        if running == Some(u64::from(after)) {
+            print(&format!("{app}: instances {before} → {after} (edited {shown})\n"));
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(fail(exit::HALTED, format!("{app}: timed out waiting for {after} instances")));
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    }
+}

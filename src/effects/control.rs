@@ -1,0 +1,276 @@
+//! The control socket: a Unix stream socket, 0600, in the runtime directory.
+//!
+//! Each connection runs in its own task, so a slow or stuck client cannot
+//! stall the supervisor: the request must arrive within [`REQUEST_TIMEOUT`]
+//! and be at most [`MAX_REQUEST_BYTES`] long; each reply line must be taken
+//! within [`WRITE_TIMEOUT`]. The peer's uid is checked with SO_PEERCRED (ours
+//! or root) even though the socket is 0600 in a 0700 directory: permissions
+//! can be loosened by accident, the check cannot. Requests reach the
+//! supervisor loop through a bounded queue with a reply channel; `logs` is
+//! served from the [`LogHub`] without involving the loop.
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{broadcast, mpsc};
+use tracing::{debug, warn};
+
+use crate::control::{self, Command, MAX_REQUEST_BYTES, Request};
+
+/// How long a client may take to send its request.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a client may take to read one reply line.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Requests waiting for the supervisor loop.
+pub const CONTROL_QUEUE: usize = 64;
+/// Replies waiting for one client.
+pub const REPLY_QUEUE: usize = 64;
+/// Lines kept per instance for `supervise logs`.
+pub const RING_LINES: usize = 1000;
+/// Bytes kept per instance, whatever the line count.
+pub const RING_BYTES: usize = 256 * 1024;
+/// Lines a `logs -f` client may fall behind before it misses some.
+pub const FOLLOW_QUEUE: usize = 4096;
+
+/// A request for the loop, with where its replies go.
+pub struct ControlRequest {
+    pub command: Command,
+    pub reply: mpsc::Sender<Value>,
+}
+
+/// The last lines of every instance, and a feed of new ones.
+pub struct LogHub {
+    rings: Mutex<HashMap<(Arc<str>, u32), Ring>>,
+    feed: broadcast::Sender<(Arc<str>, u32, String)>,
+}
+
+#[derive(Default)]
+struct Ring {
+    lines: VecDeque<String>,
+    bytes: usize,
+}
+
+impl LogHub {
+    pub fn new() -> Arc<LogHub> {
+        Arc::new(LogHub {
+            rings: Mutex::new(HashMap::new()),
+            feed: broadcast::channel(FOLLOW_QUEUE).0,
+        })
+    }
+
+    /// Keep a line an instance printed (bounded), and pass it to followers.
+    pub fn push(&self, app: &Arc<str>, slot: u32, line: &[u8]) {
+        let text = String::from_utf8_lossy(line).into_owned();
+        if let Ok(mut rings) = self.rings.lock() {
+            let ring = rings.entry((app.clone(), slot)).or_default();
+            ring.bytes += text.len();
+            ring.lines.push_back(text.clone());
+            while ring.lines.len() > RING_LINES || ring.bytes > RING_BYTES {
+                match ring.lines.pop_front() {
+                    Some(old) => ring.bytes -= old.len(),
+                    None => break,
+                }
+            }
+        }
+        let _ = self.feed.send((app.clone(), slot, text));
+    }
+
+    /// Up to `count` last lines of each matching instance, oldest first.
+    fn tail(&self, app: Option<&str>, slot: Option<u32>, count: usize) -> Vec<(String, u32, String)> {
+        let Ok(rings) = self.rings.lock() else { return Vec::new() };
+        let mut keys: Vec<&(Arc<str>, u32)> = rings
+            .keys()
+            .filter(|(a, s)| app.is_none_or(|app| &**a == app) && slot.is_none_or(|slot| *s == slot))
+            .collect();
+        keys.sort();
+        let mut lines = Vec::new();
+        for key in keys {
+            let ring = &rings[key];
+            let skip = ring.lines.len().saturating_sub(count);
+            lines.extend(ring.lines.iter().skip(skip).map(|l| (key.0.to_string(), key.1, l.clone())));
+        }
+        lines
+    }
+}
+
+/// Bind the control socket at `path` (replacing a stale one: the caller holds
+/// the lock, so no live supervisor owns it) with mode 0600.
+pub fn bind(path: &Path) -> io::Result<UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let listener = UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
+
+/// Accept clients until the loop goes away.
+pub async fn serve(listener: UnixListener, path: PathBuf, requests: mpsc::Sender<ControlRequest>, logs: Arc<LogHub>) {
+    // SAFETY: geteuid has no preconditions.
+    let our_uid = unsafe { libc::geteuid() };
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let requests = requests.clone();
+        let logs = logs.clone();
+        tokio::spawn(async move {
+            if let Err(error) = connection(stream, our_uid, requests, logs).await {
+                debug!("control connection: {error}");
+            }
+        });
+        if requests_closed(&requests) {
+            break;
+        }
+    }
+    let _ = std::fs::remove_file(path);
+}
+
+fn requests_closed(requests: &mpsc::Sender<ControlRequest>) -> bool {
+    requests.is_closed()
+}
+
+/// The uid of the process at the other end (SO_PEERCRED).
+fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
+    let mut credentials = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut length = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt into a ucred of the stated size.
+    let result = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut credentials as *mut libc::ucred).cast(),
+            &mut length,
+        )
+    };
+    if result != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(credentials.uid)
+}
+
+async fn send(stream: &mut tokio::net::unix::OwnedWriteHalf, value: &Value) -> io::Result<()> {
+    let mut line = value.to_string().into_bytes();
+    line.push(b'\n');
+    tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(&line))
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "client too slow"))?
+}
+
+async fn connection(
+    stream: UnixStream,
+    our_uid: u32,
+    requests: mpsc::Sender<ControlRequest>,
+    logs: Arc<LogHub>,
+) -> io::Result<()> {
+    let uid = peer_uid(&stream)?;
+    let (read, mut write) = stream.into_split();
+    if uid != our_uid && uid != 0 {
+        warn!(event = "control_refused", uid, "control socket: refused a client of uid {uid} (not {our_uid} or root)");
+        return send(&mut write, &control::error_reply("permission denied: not the supervisor's user")).await;
+    }
+    // Read one line, bounded in size and time.
+    let mut reader = BufReader::new(read).take(MAX_REQUEST_BYTES as u64 + 1);
+    let mut line = Vec::new();
+    let read = tokio::time::timeout(REQUEST_TIMEOUT, reader.read_until(b'\n', &mut line)).await;
+    let request = match read {
+        Err(_) => return send(&mut write, &control::error_reply("no request within 5s")).await,
+        Ok(Err(error)) => return Err(error),
+        Ok(Ok(_)) if line.len() > MAX_REQUEST_BYTES => Err(format!("request longer than {MAX_REQUEST_BYTES} bytes")),
+        Ok(Ok(_)) => {
+            while line.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+                line.pop();
+            }
+            control::decode(&line)
+        }
+    };
+    let request: Request = match request {
+        Ok(request) => request,
+        Err(message) => return send(&mut write, &control::error_reply(&message)).await,
+    };
+    if let Command::Logs { target, lines, follow } = request.command {
+        return serve_logs(&mut write, &logs, target, lines, follow).await;
+    }
+    let (reply, mut replies) = mpsc::channel(REPLY_QUEUE);
+    let queued = requests.try_send(ControlRequest {
+        command: request.command,
+        reply,
+    });
+    if queued.is_err() {
+        return send(&mut write, &control::error_reply("the supervisor is busy; try again")).await;
+    }
+    while let Some(value) = replies.recv().await {
+        send(&mut write, &value).await?;
+    }
+    Ok(())
+}
+
+async fn serve_logs(
+    write: &mut tokio::net::unix::OwnedWriteHalf,
+    logs: &LogHub,
+    target: Option<String>,
+    count: usize,
+    follow: bool,
+) -> io::Result<()> {
+    let (app, slot) = match target.as_deref().map(control::parse_target) {
+        Some(Ok((app, slot))) => (Some(app.to_string()), slot),
+        Some(Err(message)) => return send(write, &control::error_reply(&message)).await,
+        None => (None, None),
+    };
+    // Subscribe first, so no line falls between the tail and the follow.
+    let mut feed = logs.feed.subscribe();
+    for (line_app, line_slot, line) in logs.tail(app.as_deref(), slot, count) {
+        send(write, &serde_json::json!({"ok": true, "app": line_app, "slot": line_slot, "line": line})).await?;
+    }
+    if !follow {
+        return send(write, &serde_json::json!({"ok": true, "end": true})).await;
+    }
+    loop {
+        match feed.recv().await {
+            Ok((line_app, line_slot, line)) => {
+                if app.as_deref().is_some_and(|a| a != &*line_app) || slot.is_some_and(|s| s != line_slot) {
+                    continue;
+                }
+                send(write, &serde_json::json!({"ok": true, "app": &*line_app, "slot": line_slot, "line": line})).await?;
+            }
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                send(write, &serde_json::json!({"ok": true, "missed": missed})).await?;
+            }
+            Err(broadcast::error::RecvError::Closed) => return Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rings_are_bounded_and_tail_in_order() {
+        let hub = LogHub::new();
+        let web: Arc<str> = "web".into();
+        for i in 0..RING_LINES + 10 {
+            hub.push(&web, 0, format!("line {i}").as_bytes());
+        }
+        hub.push(&web, 1, b"other slot");
+        let tail = hub.tail(Some("web"), Some(0), 3);
+        let texts: Vec<&str> = tail.iter().map(|(_, _, l)| l.as_str()).collect();
+        assert_eq!(texts, [format!("line {}", RING_LINES + 7), format!("line {}", RING_LINES + 8), format!("line {}", RING_LINES + 9)]);
+        assert_eq!(hub.tail(Some("web"), None, 10_000).len(), RING_LINES + 1);
+        let big = vec![b'x'; RING_BYTES / 2 + 1];
+        hub.push(&web, 2, &big);
+        hub.push(&web, 2, &big);
+        assert_eq!(hub.tail(Some("web"), Some(2), 10).len(), 1, "bounded in bytes too");
+    }
+}
