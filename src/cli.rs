@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::config::{self, Host, diagnostic};
+use crate::effects::control::LogHub;
 use crate::effects::logging;
 use crate::effects::output::{LogFormat, LogSink};
 use crate::effects::runtime::{self, FileLock, LockError};
@@ -25,6 +26,10 @@ pub mod exit {
     pub const INVALID: u8 = 1;
     /// Usage error or file unreadable.
     pub const USAGE: u8 = 2;
+    /// No supervisor is running for this file.
+    pub const NOT_RUNNING: u8 = 3;
+    /// A rollout halted, or a wait timed out.
+    pub const HALTED: u8 = 4;
 }
 
 #[derive(Debug, Parser)]
@@ -49,6 +54,10 @@ pub struct Cli {
     /// Less output: warnings and errors only.
     #[arg(short, long, global = true)]
     pub quiet: bool,
+
+    /// The control socket (default: in the runtime directory, named after the file).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
 
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -79,12 +88,90 @@ pub enum Command {
     },
     /// Print the JSON Schema of the ecosystem file.
     Schema,
+    /// Show every app and instance of the running supervisor.
+    #[command(visible_alias = "ls")]
+    Status {
+        /// One line per instance even for apps with many.
+        #[arg(long)]
+        all: bool,
+        /// The status as JSON (stable; see the README).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Replace an app's instances one by one without downtime (`all`: every app);
+    /// waits and shows progress. Exits 4 if the rollout halts.
+    Reload {
+        /// The app, or `all`.
+        app: String,
+    },
+    /// Stop then start an app or one instance (APP or APP.N), all at once; resets
+    /// a failed instance. Use `reload` for zero downtime.
+    Restart {
+        /// APP or APP.N
+        target: String,
+    },
+    /// Stop an app or one instance and keep it stopped until `start`, a restart
+    /// of the supervisor, or a change of that app in the file.
+    Stop {
+        /// APP or APP.N
+        target: String,
+    },
+    /// Start what `stop` held.
+    Start {
+        /// APP or APP.N
+        target: String,
+    },
+    /// Set an app's instance count *in the file* (N, +N or -N) and wait until
+    /// the running count matches.
+    Scale {
+        /// The app.
+        app: String,
+        /// N, +N or -N.
+        #[arg(allow_hyphen_values = true)]
+        count: String,
+    },
+    /// Show the last lines each instance printed (APP or APP.N to narrow).
+    Logs {
+        /// APP or APP.N
+        target: Option<String>,
+        /// How many lines per instance.
+        #[arg(short = 'n', long, default_value_t = 100)]
+        lines: usize,
+        /// Keep printing new lines until interrupted (`-f` after `logs`, as
+        /// with `tail -f`; give the file as `--file` then).
+        #[arg(long)]
+        follow: bool,
+    },
+    /// Print a shell completion script.
+    Completions { shell: clap_complete::Shell },
+    /// Print the man page (roff).
+    Man,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
     Human,
     Json,
+}
+
+/// The command line with `logs … -f` read as `--follow`: after `logs`, `-f`
+/// means follow (as `tail -f` and the issue tracker's spec have it); everywhere
+/// else it names the ecosystem file.
+pub fn follow_flag_after_logs(
+    args: impl IntoIterator<Item = std::ffi::OsString>,
+) -> Vec<std::ffi::OsString> {
+    let mut after_logs = false;
+    args.into_iter()
+        .map(|arg| {
+            if after_logs && arg == "-f" {
+                return "--follow".into();
+            }
+            if arg == "logs" {
+                after_logs = true;
+            }
+            arg
+        })
+        .collect()
 }
 
 /// The file to use: `-f`, else `./ecosystem.yaml`, else `./ecosystem.yml`.
@@ -254,6 +341,28 @@ pub fn summary(shown: &str, desired: &Desired, diagnostics: &[diagnostic::Diagno
     text
 }
 
+/// `supervise completions SHELL`.
+pub fn completions(shell: clap_complete::Shell) -> ExitCode {
+    use clap::CommandFactory;
+    let mut command = Cli::command();
+    clap_complete::generate(shell, &mut command, "supervise", &mut std::io::stdout());
+    ExitCode::from(exit::OK)
+}
+
+/// `supervise man`.
+pub fn man() -> ExitCode {
+    use clap::CommandFactory;
+    let mut page = Vec::new();
+    if clap_mangen::Man::new(Cli::command())
+        .render(&mut page)
+        .is_err()
+    {
+        return ExitCode::from(exit::USAGE);
+    }
+    out(&String::from_utf8_lossy(&page));
+    ExitCode::from(exit::OK)
+}
+
 /// `supervise schema`.
 pub fn schema() -> ExitCode {
     let schema = config::json_schema();
@@ -368,6 +477,11 @@ pub fn run(cli: &Cli) -> ExitCode {
         base_env: worker_base_env(std::env::vars_os()),
         nofile_soft,
         systemd: SystemdNotifier::from_env(std::env::var_os("NOTIFY_SOCKET")),
+        control_path: cli
+            .socket
+            .clone()
+            .unwrap_or_else(|| dir.join(format!("{}.sock", runtime::file_key(&desired.source)))),
+        logs: LogHub::new(),
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

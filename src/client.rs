@@ -42,7 +42,8 @@ pub fn socket_path(file: Option<&Path>, socket: Option<&Path>) -> Result<PathBuf
         return Ok(socket.to_path_buf());
     }
     let file = ecosystem_path(file).map_err(|m| fail(exit::USAGE, m))?;
-    let absolute = config::absolute_path(&file).map_err(|e| fail(exit::USAGE, format!("cannot read {}: {e}", file.display())))?;
+    let absolute = config::absolute_path(&file)
+        .map_err(|e| fail(exit::USAGE, format!("cannot read {}: {e}", file.display())))?;
     Ok(runtime::runtime_dir().join(format!("{}.sock", runtime::file_key(&absolute))))
 }
 
@@ -52,15 +53,19 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Send one request; replies are read with [`Connection::next`].
+    /// Send one request; replies are read with [`Connection::next_reply`].
     pub fn open(socket: &Path, command: Command) -> Result<Connection, Failure> {
         let mut stream = UnixStream::connect(socket).map_err(|e| {
             fail(
                 exit::NOT_RUNNING,
-                format!("no supervisor is running for this file (tried {}: {e})", socket.display()),
+                format!(
+                    "no supervisor is running for this file (tried {}: {e})",
+                    socket.display()
+                ),
             )
         })?;
-        let mut line = serde_json::to_vec(&Request::new(command)).map_err(|e| fail(exit::USAGE, e.to_string()))?;
+        let mut line = serde_json::to_vec(&Request::new(command))
+            .map_err(|e| fail(exit::USAGE, e.to_string()))?;
         line.push(b'\n');
         stream
             .write_all(&line)
@@ -71,12 +76,13 @@ impl Connection {
     }
 
     /// The next reply line; `None` at the end. An `ok: false` reply is a failure.
-    pub fn next(&mut self) -> Result<Option<Value>, Failure> {
+    pub fn next_reply(&mut self) -> Result<Option<Value>, Failure> {
         let mut line = String::new();
         match self.reader.read_line(&mut line) {
             Ok(0) => Ok(None),
             Ok(_) => {
-                let value: Value = serde_json::from_str(&line).map_err(|e| fail(exit::INVALID, format!("bad reply: {e}")))?;
+                let value: Value = serde_json::from_str(&line)
+                    .map_err(|e| fail(exit::INVALID, format!("bad reply: {e}")))?;
                 if value["ok"] == false {
                     let error = value["error"].as_str().unwrap_or("refused");
                     return Err(fail(exit::INVALID, error.to_string()));
@@ -91,7 +97,7 @@ impl Connection {
 /// One request, one reply.
 pub fn ask(socket: &Path, command: Command) -> Result<Value, Failure> {
     Connection::open(socket, command)?
-        .next()?
+        .next_reply()?
         .ok_or_else(|| fail(exit::INVALID, "the supervisor closed the connection"))
 }
 
@@ -132,8 +138,18 @@ pub fn status(socket: &Path, all: bool, json: bool) -> Result<(), Failure> {
         return Ok(());
     }
     let mut table = comfy_table::Table::new();
-    table.load_preset(comfy_table::presets::NOTHING).set_header([
-        "app", "instance", "pid", "state", "ready", "restarts", "uptime", "cpu", "memory", "last exit", "status",
+    table.load_style(comfy_table::presets::NOTHING).set_header([
+        "app",
+        "instance",
+        "pid",
+        "state",
+        "ready",
+        "restarts",
+        "uptime",
+        "cpu",
+        "memory",
+        "last exit",
+        "status",
     ]);
     /// Beyond this many instances an app shows as one summary line (unless --all).
     const SUMMARY_ABOVE: usize = 8;
@@ -144,7 +160,10 @@ pub fn status(socket: &Path, all: bool, json: bool) -> Result<(), Failure> {
             let ready = workers.iter().filter(|w| w["ready"] == true).count();
             let restarts: u64 = workers.iter().filter_map(|w| w["restarts"].as_u64()).sum();
             let rss: u64 = workers.iter().filter_map(|w| w["rss_bytes"].as_u64()).sum();
-            let cpu: f64 = workers.iter().filter_map(|w| w["cpu_percent"].as_f64()).sum();
+            let cpu: f64 = workers
+                .iter()
+                .filter_map(|w| w["cpu_percent"].as_f64())
+                .sum();
             table.add_row([
                 name.to_string(),
                 format!("{} instances", workers.len()),
@@ -169,14 +188,19 @@ pub fn status(socket: &Path, all: bool, json: bool) -> Result<(), Failure> {
                 if worker["ready"] == true { "yes" } else { "no" }.to_string(),
                 worker["restarts"].to_string(),
                 worker["uptime_s"].as_f64().map_or("-".into(), duration),
-                worker["cpu_percent"].as_f64().map_or("-".into(), |c| format!("{c:.1}%")),
+                worker["cpu_percent"]
+                    .as_f64()
+                    .map_or("-".into(), |c| format!("{c:.1}%")),
                 worker["rss_bytes"].as_u64().map_or("-".into(), megabytes),
                 worker["last_exit"].as_str().unwrap_or("-").to_string(),
                 worker["status"].as_str().unwrap_or("").to_string(),
             ]);
         }
         if app["rollout"]["halted"] == true {
-            table.add_row([name.to_string(), "rollout halted: a replacement failed; old instances serve".into()]);
+            table.add_row([
+                name.to_string(),
+                "rollout halted: a replacement failed; old instances serve".into(),
+            ]);
         }
     }
     print(&format!("{table}\n"));
@@ -187,14 +211,21 @@ pub fn status(socket: &Path, all: bool, json: bool) -> Result<(), Failure> {
         status["applied_at"].as_str().unwrap_or("?")
     ));
     if let Some(error) = status["config_error"].as_str() {
-        print(&format!("the last edit is invalid; still running the version before it:\n{error}"));
+        print(&format!(
+            "the last edit is invalid; still running the version before it:\n{error}"
+        ));
     }
     Ok(())
 }
 
 /// `supervise reload APP|all`: start a rolling replacement and follow it.
 pub fn reload(socket: &Path, app: &str) -> Result<(), Failure> {
-    let started = ask(socket, Command::Reload { app: app.to_string() })?;
+    let started = ask(
+        socket,
+        Command::Reload {
+            app: app.to_string(),
+        },
+    )?;
     let apps: Vec<String> = started["apps"]
         .as_array()
         .into_iter()
@@ -214,10 +245,15 @@ pub fn reload(socket: &Path, app: &str) -> Result<(), Failure> {
             }
             let rollout = &app["rollout"];
             if rollout["halted"] == true {
-                print(&format!("{name}: rollout halted: a replacement failed to become ready; the old instances keep serving\n"));
+                print(&format!(
+                    "{name}: rollout halted: a replacement failed to become ready; the old instances keep serving\n"
+                ));
                 return Err(fail(exit::HALTED, format!("{name}: rollout halted")));
             }
-            let (replaced, total) = (rollout["replaced"].as_u64().unwrap_or(0), rollout["total"].as_u64().unwrap_or(0));
+            let (replaced, total) = (
+                rollout["replaced"].as_u64().unwrap_or(0),
+                rollout["total"].as_u64().unwrap_or(0),
+            );
             line.push(format!("{name}: {replaced}/{total} replaced"));
             done &= rollout["complete"] == true;
         }
@@ -246,9 +282,21 @@ pub fn simple(socket: &Path, command: Command) -> Result<(), Failure> {
 }
 
 /// `supervise logs [TARGET] [-n LINES] [-f]`.
-pub fn logs(socket: &Path, target: Option<String>, lines: usize, follow: bool) -> Result<(), Failure> {
-    let mut connection = Connection::open(socket, Command::Logs { target, lines, follow })?;
-    while let Some(reply) = connection.next()? {
+pub fn logs(
+    socket: &Path,
+    target: Option<String>,
+    lines: usize,
+    follow: bool,
+) -> Result<(), Failure> {
+    let mut connection = Connection::open(
+        socket,
+        Command::Logs {
+            target,
+            lines,
+            follow,
+        },
+    )?;
+    while let Some(reply) = connection.next_reply()? {
         if reply["end"] == true {
             break;
         }
@@ -271,9 +319,13 @@ pub fn logs(socket: &Path, target: Option<String>, lines: usize, follow: bool) -
 pub fn scale(file: Option<&Path>, socket: &Path, app: &str, change: &str) -> Result<(), Failure> {
     let path = ecosystem_path(file).map_err(|m| fail(exit::USAGE, m))?;
     let shown = path.display().to_string();
-    let checked = config::check_file(&path, &config::Host::detect()).map_err(|e| fail(exit::USAGE, e.to_string()))?;
+    let checked = config::check_file(&path, &config::Host::detect())
+        .map_err(|e| fail(exit::USAGE, e.to_string()))?;
     let Some(desired) = checked.desired else {
-        return Err(fail(exit::INVALID, format!("{shown} is invalid; fix it before scaling (supervise check)")));
+        return Err(fail(
+            exit::INVALID,
+            format!("{shown} is invalid; fix it before scaling (supervise check)"),
+        ));
     };
     let Some(spec) = desired.app(app) else {
         return Err(fail(exit::INVALID, format!("{shown} has no app `{app}`")));
@@ -282,7 +334,8 @@ pub fn scale(file: Option<&Path>, socket: &Path, app: &str, change: &str) -> Res
     let after = crate::scale::target(before, change).map_err(|m| fail(exit::USAGE, m))?;
     // The supervisor must be there to follow the edit.
     ask(socket, Command::Status)?;
-    crate::scale::edit_file(&path, &checked.text, app, after).map_err(|m| fail(exit::INVALID, m))?;
+    crate::scale::edit_file(&path, &checked.text, app, after)
+        .map_err(|m| fail(exit::INVALID, m))?;
     let deadline = Instant::now() + WAIT_LIMIT;
     loop {
         let status = ask(socket, Command::Status)?;
@@ -293,11 +346,16 @@ pub fn scale(file: Option<&Path>, socket: &Path, app: &str, change: &str) -> Res
             .find(|a| a["name"] == app)
             .map(|a| a["running"].as_u64().unwrap_or(0));
         if running == Some(u64::from(after)) {
-            print(&format!("{app}: instances {before} → {after} (edited {shown})\n"));
+            print(&format!(
+                "{app}: instances {before} → {after} (edited {shown})\n"
+            ));
             return Ok(());
         }
         if Instant::now() > deadline {
-            return Err(fail(exit::HALTED, format!("{app}: timed out waiting for {after} instances")));
+            return Err(fail(
+                exit::HALTED,
+                format!("{app}: timed out waiting for {after} instances"),
+            ));
         }
         std::thread::sleep(POLL_INTERVAL);
     }

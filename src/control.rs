@@ -62,10 +62,15 @@ pub fn decode(line: &[u8]) -> Result<Request, String> {
     if line.len() > MAX_REQUEST_BYTES {
         return Err(format!("request longer than {MAX_REQUEST_BYTES} bytes"));
     }
-    let value: serde_json::Value = serde_json::from_slice(line).map_err(|e| format!("malformed JSON: {e}"))?;
+    let value: serde_json::Value =
+        serde_json::from_slice(line).map_err(|e| format!("malformed JSON: {e}"))?;
     match value.get("v").and_then(serde_json::Value::as_u64) {
         Some(v) if v == u64::from(PROTOCOL_VERSION) => {}
-        Some(v) => return Err(format!("unsupported protocol version {v}; this supervisor speaks {PROTOCOL_VERSION}")),
+        Some(v) => {
+            return Err(format!(
+                "unsupported protocol version {v}; this supervisor speaks {PROTOCOL_VERSION}"
+            ));
+        }
         None => return Err("missing protocol version `v`".to_string()),
     }
     serde_json::from_value(value).map_err(|e| format!("bad request: {e}"))
@@ -74,8 +79,12 @@ pub fn decode(line: &[u8]) -> Result<Request, String> {
 /// `web` or `web.2`: an app, and maybe one slot of it.
 pub fn parse_target(target: &str) -> Result<(&str, Option<u32>), String> {
     match target.rsplit_once('.') {
-        Some((app, slot)) if !app.is_empty() && slot.bytes().all(|b| b.is_ascii_digit()) && !slot.is_empty() => {
-            let slot = slot.parse().map_err(|_| format!("bad instance number in `{target}`"))?;
+        Some((app, slot))
+            if !app.is_empty() && slot.bytes().all(|b| b.is_ascii_digit()) && !slot.is_empty() =>
+        {
+            let slot = slot
+                .parse()
+                .map_err(|_| format!("bad instance number in `{target}`"))?;
             Ok((app, Some(slot)))
         }
         _ if target.is_empty() => Err("empty target".to_string()),
@@ -94,9 +103,14 @@ mod tests {
 
     #[test]
     fn decodes_every_command() {
-        assert_eq!(decode(br#"{"v":1,"cmd":"status"}"#).unwrap().command, Command::Status);
         assert_eq!(
-            decode(br#"{"v":1,"cmd":"reload","app":"web"}"#).unwrap().command,
+            decode(br#"{"v":1,"cmd":"status"}"#).unwrap().command,
+            Command::Status
+        );
+        assert_eq!(
+            decode(br#"{"v":1,"cmd":"reload","app":"web"}"#)
+                .unwrap()
+                .command,
             Command::Reload { app: "web".into() }
         );
         assert_eq!(
@@ -109,9 +123,15 @@ mod tests {
         );
         for command in [
             Command::Status,
-            Command::Restart { target: "web.1".into() },
-            Command::Stop { target: "web".into() },
-            Command::Start { target: "web".into() },
+            Command::Restart {
+                target: "web.1".into(),
+            },
+            Command::Stop {
+                target: "web".into(),
+            },
+            Command::Start {
+                target: "web".into(),
+            },
         ] {
             let line = serde_json::to_vec(&Request::new(command.clone())).unwrap();
             assert_eq!(decode(&line).unwrap().command, command);
@@ -121,11 +141,31 @@ mod tests {
     #[test]
     fn refuses_what_it_does_not_understand() {
         assert!(decode(b"not json").unwrap_err().contains("malformed"));
-        assert!(decode(br#"{"cmd":"status"}"#).unwrap_err().contains("version"));
-        assert!(decode(br#"{"v":2,"cmd":"status"}"#).unwrap_err().contains("unsupported protocol version 2"));
-        assert!(decode(br#"{"v":1,"cmd":"explode"}"#).unwrap_err().contains("bad request"));
-        assert!(decode(br#"{"v":1,"cmd":"reload"}"#).unwrap_err().contains("bad request"));
-        assert!(decode(&vec![b' '; MAX_REQUEST_BYTES + 1]).unwrap_err().contains("longer"));
+        assert!(
+            decode(br#"{"cmd":"status"}"#)
+                .unwrap_err()
+                .contains("version")
+        );
+        assert!(
+            decode(br#"{"v":2,"cmd":"status"}"#)
+                .unwrap_err()
+                .contains("unsupported protocol version 2")
+        );
+        assert!(
+            decode(br#"{"v":1,"cmd":"explode"}"#)
+                .unwrap_err()
+                .contains("bad request")
+        );
+        assert!(
+            decode(br#"{"v":1,"cmd":"reload"}"#)
+                .unwrap_err()
+                .contains("bad request")
+        );
+        assert!(
+            decode(&vec![b' '; MAX_REQUEST_BYTES + 1])
+                .unwrap_err()
+                .contains("longer")
+        );
         assert!(decode(b"").is_err());
         assert!(decode(b"\xff\xfe").is_err());
     }

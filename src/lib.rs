@@ -6,10 +6,13 @@
 
 pub mod backoff;
 pub mod cli;
+pub mod client;
 pub mod config;
+pub mod control;
 pub mod effects;
 pub mod plan;
 pub mod reconcile;
+pub mod scale;
 pub mod spec;
 pub mod supervisor;
 pub mod worker;

@@ -2,16 +2,57 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use supervise::cli::{self, Cli, Command};
+use supervise::client;
+use supervise::control::Command as Request;
 
 fn main() -> ExitCode {
-    let args = Cli::parse();
-    match args.command {
+    let args = Cli::parse_from(cli::follow_flag_after_logs(std::env::args_os()));
+    let file = args.file.as_deref();
+    let socket = || client::socket_path(file, args.socket.as_deref());
+    let with_socket = |run: &dyn Fn(&std::path::Path) -> Result<(), client::Failure>| {
+        client::finish(socket().and_then(|path| run(&path)))
+    };
+    match &args.command {
         Some(Command::Check {
             against: Some(against),
             ..
-        }) => cli::check_diff(args.file.as_deref(), &against),
-        Some(Command::Check { format, .. }) => cli::check(args.file.as_deref(), format),
+        }) => cli::check_diff(file, against),
+        Some(Command::Check { format, .. }) => cli::check(file, *format),
         Some(Command::Schema) => cli::schema(),
+        Some(Command::Completions { shell }) => cli::completions(*shell),
+        Some(Command::Man) => cli::man(),
+        Some(Command::Status { all, json }) => with_socket(&|s| client::status(s, *all, *json)),
+        Some(Command::Reload { app }) => with_socket(&|s| client::reload(s, app)),
+        Some(Command::Restart { target }) => with_socket(&|s| {
+            client::simple(
+                s,
+                Request::Restart {
+                    target: target.clone(),
+                },
+            )
+        }),
+        Some(Command::Stop { target }) => with_socket(&|s| {
+            client::simple(
+                s,
+                Request::Stop {
+                    target: target.clone(),
+                },
+            )
+        }),
+        Some(Command::Start { target }) => with_socket(&|s| {
+            client::simple(
+                s,
+                Request::Start {
+                    target: target.clone(),
+                },
+            )
+        }),
+        Some(Command::Scale { app, count }) => with_socket(&|s| client::scale(file, s, app, count)),
+        Some(Command::Logs {
+            target,
+            lines,
+            follow,
+        }) => with_socket(&|s| client::logs(s, target.clone(), *lines, *follow)),
         Some(Command::Run) | None => cli::run(&args),
     }
 }

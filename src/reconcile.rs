@@ -322,7 +322,11 @@ fn drive(worker: &Worker, spec: &AppSpec, now: Instant, plan: &mut Plan) {
                 plan.wake(timeout);
             }
         }
-        State::Ready { .. } | State::Stopping { .. } | State::Failed | State::Exited | State::Held => {}
+        State::Ready { .. }
+        | State::Stopping { .. }
+        | State::Failed
+        | State::Exited
+        | State::Held => {}
     }
 }
 

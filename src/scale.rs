@@ -23,7 +23,9 @@ pub fn target(current: u32, change: &str) -> Result<u32, String> {
             .map_err(|_| format!("`{change}` is not a count: write N, +N or -N"))
     };
     let value = if let Some(more) = change.strip_prefix('+') {
-        current.checked_add(parsed(more)?).ok_or("too many instances")?
+        current
+            .checked_add(parsed(more)?)
+            .ok_or("too many instances")?
     } else if let Some(fewer) = change.strip_prefix('-') {
         current
             .checked_sub(parsed(fewer)?)
@@ -32,7 +34,9 @@ pub fn target(current: u32, change: &str) -> Result<u32, String> {
         parsed(change)?
     };
     if value > MAX_INSTANCES {
-        return Err(format!("{value} instances is more than the limit of {MAX_INSTANCES}"));
+        return Err(format!(
+            "{value} instances is more than the limit of {MAX_INSTANCES}"
+        ));
     }
     Ok(value)
 }
@@ -42,11 +46,17 @@ fn byte_offset(text: &str, location: &Location) -> Option<usize> {
     let line_start = if location.line == 1 {
         0
     } else {
-        text.match_indices('\n').nth(usize::try_from(location.line).ok()? - 2)?.0 + 1
+        text.match_indices('\n')
+            .nth(usize::try_from(location.line).ok()? - 2)?
+            .0
+            + 1
     };
     let column = usize::try_from(location.column).ok()? - 1;
     let line = &text[line_start..];
-    let within = line.char_indices().nth(column).map_or(line.len(), |(i, _)| i);
+    let within = line
+        .char_indices()
+        .nth(column)
+        .map_or(line.len(), |(i, _)| i);
     Some(line_start + within)
 }
 
@@ -54,15 +64,21 @@ fn byte_offset(text: &str, location: &Location) -> Option<usize> {
 pub fn edit_text(text: &str, app: &str, count: u32) -> Result<String, String> {
     let root = node::parse(text).map_err(|e| format!("cannot parse the file: {}", e.message))?;
     let (_, apps) = root.get("apps").ok_or("the file has no `apps`")?;
-    let (app_key, app_node) = apps.get(app).ok_or_else(|| format!("no app `{app}` in the file"))?;
+    let (app_key, app_node) = apps
+        .get(app)
+        .ok_or_else(|| format!("no app `{app}` in the file"))?;
     let NodeKind::Map(entries) = &app_node.kind else {
         return Err(format!("apps.{app} is not a mapping"));
     };
     let own = |key: &Node| {
         key.location.line > app_key.location.line
-            || (key.location.line == app_key.location.line && key.location.column > app_key.location.column)
+            || (key.location.line == app_key.location.line
+                && key.location.column > app_key.location.column)
     };
-    if let Some((key, value)) = entries.iter().find(|(k, _)| k.as_str() == Some("instances") && own(k)) {
+    if let Some((key, value)) = entries
+        .iter()
+        .find(|(k, _)| k.as_str() == Some("instances") && own(k))
+    {
         let start = byte_offset(text, &value.location).ok_or("cannot locate the value")?;
         let end = start
             + text[start..]
@@ -79,14 +95,21 @@ pub fn edit_text(text: &str, app: &str, count: u32) -> Result<String, String> {
         ));
     }
     let value_start = byte_offset(text, &app_node.location).ok_or("cannot locate the app")?;
-    let flow = text[..value_start].trim_end().ends_with('{') || text[value_start..].starts_with('{');
+    let flow =
+        text[..value_start].trim_end().ends_with('{') || text[value_start..].starts_with('{');
     if flow {
         let brace = if text[value_start..].starts_with('{') {
             value_start
         } else {
-            text[..value_start].rfind('{').ok_or("cannot find the app's `{`")?
+            text[..value_start]
+                .rfind('{')
+                .ok_or("cannot find the app's `{`")?
         };
-        return Ok(format!("{}{{instances: {count}, {}", &text[..brace], &text[brace + 1..]));
+        return Ok(format!(
+            "{}{{instances: {count}, {}",
+            &text[..brace],
+            &text[brace + 1..]
+        ));
     }
     // A block mapping: a new line before the app's first key, same indentation.
     let first = entries
@@ -105,7 +128,11 @@ pub fn edit_text(text: &str, app: &str, count: u32) -> Result<String, String> {
         },
     )
     .ok_or("cannot locate the app's first key")?;
-    Ok(format!("{}{indent}instances: {count}\n{}", &text[..line_start], &text[line_start..]))
+    Ok(format!(
+        "{}{indent}instances: {count}\n{}",
+        &text[..line_start],
+        &text[line_start..]
+    ))
 }
 
 /// Write the edit atomically next to the real file (a symlinked file stays a
@@ -115,12 +142,17 @@ pub fn edit_file(path: &Path, text: &str, app: &str, count: u32) -> Result<(), S
     let target = std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let metadata = std::fs::metadata(&target).map_err(|e| format!("{}: {e}", target.display()))?;
     let dir = target.parent().ok_or("the file has no folder")?;
-    let name = target.file_name().and_then(|n| n.to_str()).unwrap_or("ecosystem.yaml");
+    let name = target
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("ecosystem.yaml");
     let temp = dir.join(format!(".{name}.supervise-scale.{}", std::process::id()));
     let write = || -> std::io::Result<()> {
         let mut file = std::fs::File::create(&temp)?;
         file.write_all(edited.as_bytes())?;
-        file.set_permissions(std::fs::Permissions::from_mode(metadata.permissions().mode()))?;
+        file.set_permissions(std::fs::Permissions::from_mode(
+            metadata.permissions().mode(),
+        ))?;
         // Keep the owner when we may (as root); otherwise the file is ours anyway.
         let _ = std::os::unix::fs::fchown(&file, Some(metadata.uid()), Some(metadata.gid()));
         file.sync_all()?;
@@ -171,9 +203,13 @@ mod tests {
             edit_text(text, "api", 5).unwrap(),
             "defaults:\n  instances: 2\napps:\n  web:\n    command: sleep 1\n  api: {instances: 5, command: sleep 1}\n"
         );
-        let merged = "x-base: &base\n  instances: 2\napps:\n  web:\n    <<: *base\n    command: sleep 1\n";
+        let merged =
+            "x-base: &base\n  instances: 2\napps:\n  web:\n    <<: *base\n    command: sleep 1\n";
         let edited = edit_text(merged, "web", 6).unwrap();
-        assert!(edited.starts_with("x-base: &base\n  instances: 2\n"), "the shared block is untouched");
+        assert!(
+            edited.starts_with("x-base: &base\n  instances: 2\n"),
+            "the shared block is untouched"
+        );
         assert!(edited.contains("    instances: 6\n"), "{edited}");
     }
 

@@ -19,6 +19,8 @@ use tokio::signal::unix::{SignalKind, signal};
 use tracing::{debug, error, info, warn};
 
 use crate::config::{self, Host, diagnostic, validate};
+use crate::control::{self as protocol, Command};
+use crate::effects::control::{self, CONTROL_QUEUE, ControlRequest, LogHub};
 use crate::effects::notify::{Notification, NotifySocket};
 use crate::effects::output::{self, LogFormat, LogSink, Source, Stream};
 use crate::effects::probe::Probe;
@@ -56,6 +58,10 @@ pub struct Context {
     pub base_env: Vec<(OsString, OsString)>,
     pub nofile_soft: libc::rlim_t,
     pub systemd: Option<SystemdNotifier>,
+    /// Where the control socket goes.
+    pub control_path: std::path::PathBuf,
+    /// The last lines of every instance, for `supervise logs`.
+    pub logs: Arc<LogHub>,
 }
 
 /// The environment workers inherit: ours, without what describes *our* sockets.
@@ -145,6 +151,8 @@ pub struct Supervisor {
     config_error: Option<String>,
     /// Counts the applied versions of the file.
     config_generation: u64,
+    /// When the current version of the file was applied.
+    applied_at: std::time::SystemTime,
     apps: IndexMap<String, AppState>,
     /// Leader pid → its process.
     processes: HashMap<i32, ProcessHandle>,
@@ -204,6 +212,7 @@ impl Supervisor {
             shown: shown.to_string(),
             config_error: None,
             config_generation: 1,
+            applied_at: std::time::SystemTime::now(),
             apps,
             processes: HashMap::new(),
             sockets,
@@ -238,6 +247,17 @@ impl Supervisor {
             }
             Err(error) => error!(
                 "cannot bind the notify socket @{name}: {error}; `ready: notify` workers will time out"
+            ),
+        }
+        let (control_sender, mut control_requests) = tokio::sync::mpsc::channel(CONTROL_QUEUE);
+        match control::bind(&self.ctx.control_path) {
+            Ok(listener) => {
+                let logs = self.ctx.logs.clone();
+                tokio::spawn(control::serve(listener, control_sender, logs));
+            }
+            Err(error) => error!(
+                "cannot create the control socket {}: {error}; status, reload and other commands will not reach this supervisor",
+                self.ctx.control_path.display()
             ),
         }
         let mut probe_results = self
@@ -282,6 +302,7 @@ impl Supervisor {
                 Some(bytes) = changes.recv() => self.reload(&bytes, "the file changed"),
                 Some((app, id, pid)) = probe_results.recv() => self.ready_signal(&app, id, pid, "probe"),
                 Some(notification) = notifications.recv() => self.on_notification(notification),
+                Some(request) = control_requests.recv() => self.on_control(request),
                 _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => self.on_timer(),
             }
         }
@@ -324,6 +345,7 @@ impl Supervisor {
         }
         self.desired = applied;
         self.config_generation += 1;
+        self.applied_at = std::time::SystemTime::now();
         info!(
             event = "applied",
             file = %self.shown,
@@ -533,6 +555,205 @@ impl Supervisor {
         }
     }
 
+    /// A request from a client of the control socket.
+    fn on_control(&mut self, request: ControlRequest) {
+        let reply = match request.command {
+            Command::Status => Ok(self.status()),
+            Command::Reload { app } => self.command_reload(&app),
+            Command::Restart { target } => self.command_on_workers(&target, TargetAction::Restart),
+            Command::Stop { target } => self.command_on_workers(&target, TargetAction::Hold),
+            Command::Start { target } => self.command_on_workers(&target, TargetAction::Release),
+            // Served by the control task itself, from the log hub.
+            Command::Logs { .. } => Err("logs are served by the control socket".to_string()),
+        };
+        let value = reply.unwrap_or_else(|message| protocol::error_reply(&message));
+        // The client may be gone; that is its business.
+        let _ = request.reply.try_send(value);
+    }
+
+    /// `supervise reload APP|all`: bump the generation, which the reconciler
+    /// turns into a rolling replacement.
+    fn command_reload(&mut self, target: &str) -> Result<serde_json::Value, String> {
+        let names: Vec<String> = if target == "all" {
+            self.apps
+                .iter()
+                .filter(|(_, a)| !a.removed)
+                .map(|(n, _)| n.clone())
+                .collect()
+        } else if self.apps.get(target).is_some_and(|a| !a.removed) {
+            vec![target.to_string()]
+        } else {
+            return Err(format!("no app `{target}`"));
+        };
+        for name in &names {
+            let Some(app) = self.apps.get_mut(name) else {
+                continue;
+            };
+            app.generation += 1;
+            app.definitions
+                .insert(app.generation, Arc::new(app.spec.process.clone()));
+            app.rollout_halted = false;
+            app.recreate = false;
+            app.dirty = true;
+            info!(event = "reload", app = %name, generation = app.generation, "{name}: reload requested; rolling replace of {}", plural(app.spec.instances as usize, "instance"));
+        }
+        Ok(serde_json::json!({"ok": true, "apps": names}))
+    }
+
+    /// `restart`, `stop` and `start` of an app or one instance.
+    fn command_on_workers(
+        &mut self,
+        target: &str,
+        action: TargetAction,
+    ) -> Result<serde_json::Value, String> {
+        let (name, slot) = protocol::parse_target(target)?;
+        let now = Instant::now();
+        let app = self
+            .apps
+            .get_mut(name)
+            .filter(|a| !a.removed)
+            .ok_or_else(|| format!("no app `{name}`"))?;
+        if let Some(slot) = slot
+            && slot >= app.spec.instances
+        {
+            return Err(format!(
+                "{name} has {}; there is no {name}.{slot}",
+                plural(app.spec.instances as usize, "instance")
+            ));
+        }
+        let (signal, kill_timeout) = (app.spec.stop_signal, app.spec.kill_timeout);
+        let mut touched = 0;
+        for worker in app
+            .workers
+            .iter_mut()
+            .filter(|w| slot.is_none_or(|s| w.slot == s))
+        {
+            let running = matches!(worker.state, State::Starting { .. } | State::Ready { .. });
+            let pid = worker.state.pid();
+            let done = match (action, running) {
+                (TargetAction::Restart, true) => {
+                    worker.stop(now, kill_timeout, AfterStop::Restart).is_ok()
+                }
+                (TargetAction::Hold, true) => {
+                    worker.stop(now, kill_timeout, AfterStop::Hold).is_ok()
+                }
+                (TargetAction::Restart | TargetAction::Release, false) => {
+                    matches!(
+                        worker.state,
+                        State::Failed | State::Exited | State::Held | State::Backoff { .. }
+                    ) && worker.revive().is_ok()
+                }
+                (TargetAction::Hold, false) => {
+                    !matches!(worker.state, State::Stopping { .. }) && worker.hold().is_ok()
+                }
+                (TargetAction::Release, true) => false,
+            };
+            if done {
+                touched += 1;
+                if running && let Some(pid) = pid {
+                    info!(
+                        event = "stopping",
+                        app = name,
+                        slot = worker.slot,
+                        pid,
+                        generation = worker.generation,
+                        reason = action.reason(),
+                        "{} stopping ({}): {} to process group {pid}",
+                        label(name, worker.slot),
+                        action.reason(),
+                        signal.as_str()
+                    );
+                    killpg(pid, signal as i32);
+                }
+            }
+        }
+        app.dirty = true;
+        Ok(
+            serde_json::json!({"ok": true, "message": format!("{target}: {} {}", action.reason(), plural(touched, "instance"))}),
+        )
+    }
+
+    /// The state of every app and instance, for `supervise status`.
+    fn status(&self) -> serde_json::Value {
+        let usage = procfs::group_usage();
+        let ticks = procfs::ticks_per_second() as f64;
+        let now = Instant::now();
+        let apps: Vec<serde_json::Value> = self
+            .apps
+            .iter()
+            .filter(|(_, a)| !a.removed)
+            .map(|(name, app)| {
+                let mut workers: Vec<&Worker> = app.workers.iter().collect();
+                workers.sort_by_key(|w| (w.slot, w.generation));
+                let current_ready = app
+                    .workers
+                    .iter()
+                    .filter(|w| {
+                        w.generation == app.generation && matches!(w.state, State::Ready { .. })
+                    })
+                    .count();
+                let outdated = app
+                    .workers
+                    .iter()
+                    .filter(|w| w.generation < app.generation)
+                    .count();
+                let running = app
+                    .workers
+                    .iter()
+                    .filter(|w| matches!(w.state, State::Starting { .. } | State::Ready { .. }))
+                    .count();
+                let workers: Vec<serde_json::Value> = workers
+                    .iter()
+                    .map(|w| {
+                        let pid = w.state.pid();
+                        let handle = pid.and_then(|p| self.processes.get(&p));
+                        let uptime = handle
+                            .map(|h| now.saturating_duration_since(h.spawned_at).as_secs_f64());
+                        let group = pid.and_then(|p| usage.get(&p)).copied().unwrap_or_default();
+                        let cpu = uptime
+                            .filter(|u| *u > 0.0)
+                            .map(|u| group.cpu_ticks as f64 / ticks / u * 100.0);
+                        serde_json::json!({
+                            "slot": w.slot,
+                            "generation": w.generation,
+                            "pid": pid,
+                            "state": w.state.name(),
+                            "ready": matches!(w.state, State::Ready { .. }),
+                            "restarts": w.restarts,
+                            "uptime_s": uptime,
+                            "cpu_percent": cpu,
+                            "rss_bytes": pid.map(|_| group.rss_bytes),
+                            "last_exit": w.last_outcome.map(|o| o.to_string()),
+                            "status": handle.and_then(|h| h.status.clone()),
+                        })
+                    })
+                    .collect();
+                serde_json::json!({
+                    "name": name,
+                    "instances": app.spec.instances,
+                    "running": running,
+                    "generation": app.generation,
+                    "rollout": {
+                        "replaced": current_ready,
+                        "total": app.spec.instances,
+                        "outdated": outdated,
+                        "halted": app.rollout_halted,
+                        "complete": outdated == 0 && current_ready >= app.spec.instances as usize,
+                    },
+                    "workers": workers,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "ok": true,
+            "file": self.desired.source.display().to_string(),
+            "version": self.config_generation,
+            "applied_at": humantime::format_rfc3339_seconds(self.applied_at).to_string(),
+            "config_error": self.config_error,
+            "apps": apps,
+        })
+    }
+
     fn begin_shutdown(&mut self, why: &str) {
         if self.shutting_down {
             return;
@@ -580,6 +801,7 @@ impl Supervisor {
 
     fn finish(self) {
         info!(event = "exiting", "all processes stopped; exiting");
+        let _ = std::fs::remove_file(&self.ctx.control_path);
         let undertaker = self.ctx.undertaker.dismiss();
         let deadline = Instant::now() + UNDERTAKER_EXIT_WAIT;
         while Instant::now() < deadline {
@@ -910,20 +1132,14 @@ impl Supervisor {
                     slot,
                 };
                 let format = self.ctx.format;
-                tokio::spawn(output::pump(
-                    spawned.stdout,
-                    source.clone(),
-                    Stream::Stdout,
-                    self.ctx.sink.clone(),
-                    format,
-                ));
-                tokio::spawn(output::pump(
-                    spawned.stderr,
-                    source,
-                    Stream::Stderr,
-                    self.ctx.sink.clone(),
-                    format,
-                ));
+                for (fd, stream) in [
+                    (spawned.stdout, Stream::Stdout),
+                    (spawned.stderr, Stream::Stderr),
+                ] {
+                    let sink = self.ctx.sink.clone();
+                    let logs = self.ctx.logs.clone();
+                    tokio::spawn(output::pump(fd, source.clone(), stream, sink, logs, format));
+                }
                 let probe = self.start_probe(app_name, id, slot, pid, &readiness);
                 self.processes.insert(
                     pid,
@@ -1212,6 +1428,24 @@ fn socket_keys(spec: &AppSpec) -> Vec<SocketKey> {
             })
         })
         .collect()
+}
+
+/// What `restart`, `stop` and `start` do to a worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TargetAction {
+    Restart,
+    Hold,
+    Release,
+}
+
+impl TargetAction {
+    fn reason(self) -> &'static str {
+        match self {
+            TargetAction::Restart => "restart",
+            TargetAction::Hold => "stop (held)",
+            TargetAction::Release => "start",
+        }
+    }
 }
 
 fn change_app(change: &AppChange) -> &str {

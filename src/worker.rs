@@ -351,7 +351,11 @@ impl Worker {
 
     /// The stopping worker's process group is empty and its leader reaped.
     /// Returns `None` when the worker is to be removed, else the restart decision.
-    pub fn group_empty(&mut self, now: Instant, rules: &RestartRules) -> Result<StopEnd, IllegalTransition> {
+    pub fn group_empty(
+        &mut self,
+        now: Instant,
+        rules: &RestartRules,
+    ) -> Result<StopEnd, IllegalTransition> {
         match self.state {
             State::Stopping {
                 leader_exit: Some(_),
@@ -382,7 +386,11 @@ impl Worker {
     /// `supervise stop` on a worker without a process: hold it as it is.
     pub fn hold(&mut self) -> Result<(), IllegalTransition> {
         match self.state {
-            State::Pending | State::Backoff { .. } | State::Failed | State::Exited | State::Held => {
+            State::Pending
+            | State::Backoff { .. }
+            | State::Failed
+            | State::Exited
+            | State::Held => {
                 self.state = State::Held;
                 Ok(())
             }

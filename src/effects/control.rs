@@ -12,12 +12,12 @@
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{broadcast, mpsc};
 use tracing::{debug, warn};
@@ -83,18 +83,32 @@ impl LogHub {
     }
 
     /// Up to `count` last lines of each matching instance, oldest first.
-    fn tail(&self, app: Option<&str>, slot: Option<u32>, count: usize) -> Vec<(String, u32, String)> {
-        let Ok(rings) = self.rings.lock() else { return Vec::new() };
+    fn tail(
+        &self,
+        app: Option<&str>,
+        slot: Option<u32>,
+        count: usize,
+    ) -> Vec<(String, u32, String)> {
+        let Ok(rings) = self.rings.lock() else {
+            return Vec::new();
+        };
         let mut keys: Vec<&(Arc<str>, u32)> = rings
             .keys()
-            .filter(|(a, s)| app.is_none_or(|app| &**a == app) && slot.is_none_or(|slot| *s == slot))
+            .filter(|(a, s)| {
+                app.is_none_or(|app| &**a == app) && slot.is_none_or(|slot| *s == slot)
+            })
             .collect();
         keys.sort();
         let mut lines = Vec::new();
         for key in keys {
             let ring = &rings[key];
             let skip = ring.lines.len().saturating_sub(count);
-            lines.extend(ring.lines.iter().skip(skip).map(|l| (key.0.to_string(), key.1, l.clone())));
+            lines.extend(
+                ring.lines
+                    .iter()
+                    .skip(skip)
+                    .map(|l| (key.0.to_string(), key.1, l.clone())),
+            );
         }
         lines
     }
@@ -114,8 +128,12 @@ pub fn bind(path: &Path) -> io::Result<UnixListener> {
     Ok(listener)
 }
 
-/// Accept clients until the loop goes away.
-pub async fn serve(listener: UnixListener, path: PathBuf, requests: mpsc::Sender<ControlRequest>, logs: Arc<LogHub>) {
+/// Accept clients for as long as the supervisor runs.
+pub async fn serve(
+    listener: UnixListener,
+    requests: mpsc::Sender<ControlRequest>,
+    logs: Arc<LogHub>,
+) {
     // SAFETY: geteuid has no preconditions.
     let our_uid = unsafe { libc::geteuid() };
     loop {
@@ -129,20 +147,16 @@ pub async fn serve(listener: UnixListener, path: PathBuf, requests: mpsc::Sender
                 debug!("control connection: {error}");
             }
         });
-        if requests_closed(&requests) {
-            break;
-        }
     }
-    let _ = std::fs::remove_file(path);
-}
-
-fn requests_closed(requests: &mpsc::Sender<ControlRequest>) -> bool {
-    requests.is_closed()
 }
 
 /// The uid of the process at the other end (SO_PEERCRED).
 fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
-    let mut credentials = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut credentials = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
     let mut length = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
     // SAFETY: getsockopt into a ucred of the stated size.
     let result = unsafe {
@@ -177,17 +191,26 @@ async fn connection(
     let uid = peer_uid(&stream)?;
     let (read, mut write) = stream.into_split();
     if uid != our_uid && uid != 0 {
-        warn!(event = "control_refused", uid, "control socket: refused a client of uid {uid} (not {our_uid} or root)");
-        return send(&mut write, &control::error_reply("permission denied: not the supervisor's user")).await;
+        warn!(
+            event = "control_refused",
+            uid, "control socket: refused a client of uid {uid} (not {our_uid} or root)"
+        );
+        return send(
+            &mut write,
+            &control::error_reply("permission denied: not the supervisor's user"),
+        )
+        .await;
     }
     // Read one line, bounded in size and time.
-    let mut reader = BufReader::new(read).take(MAX_REQUEST_BYTES as u64 + 1);
+    let mut reader = BufReader::new(read.take(MAX_REQUEST_BYTES as u64 + 1));
     let mut line = Vec::new();
     let read = tokio::time::timeout(REQUEST_TIMEOUT, reader.read_until(b'\n', &mut line)).await;
     let request = match read {
         Err(_) => return send(&mut write, &control::error_reply("no request within 5s")).await,
         Ok(Err(error)) => return Err(error),
-        Ok(Ok(_)) if line.len() > MAX_REQUEST_BYTES => Err(format!("request longer than {MAX_REQUEST_BYTES} bytes")),
+        Ok(Ok(_)) if line.len() > MAX_REQUEST_BYTES => {
+            Err(format!("request longer than {MAX_REQUEST_BYTES} bytes"))
+        }
         Ok(Ok(_)) => {
             while line.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
                 line.pop();
@@ -199,7 +222,12 @@ async fn connection(
         Ok(request) => request,
         Err(message) => return send(&mut write, &control::error_reply(&message)).await,
     };
-    if let Command::Logs { target, lines, follow } = request.command {
+    if let Command::Logs {
+        target,
+        lines,
+        follow,
+    } = request.command
+    {
         return serve_logs(&mut write, &logs, target, lines, follow).await;
     }
     let (reply, mut replies) = mpsc::channel(REPLY_QUEUE);
@@ -208,7 +236,11 @@ async fn connection(
         reply,
     });
     if queued.is_err() {
-        return send(&mut write, &control::error_reply("the supervisor is busy; try again")).await;
+        return send(
+            &mut write,
+            &control::error_reply("the supervisor is busy; try again"),
+        )
+        .await;
     }
     while let Some(value) = replies.recv().await {
         send(&mut write, &value).await?;
@@ -231,7 +263,11 @@ async fn serve_logs(
     // Subscribe first, so no line falls between the tail and the follow.
     let mut feed = logs.feed.subscribe();
     for (line_app, line_slot, line) in logs.tail(app.as_deref(), slot, count) {
-        send(write, &serde_json::json!({"ok": true, "app": line_app, "slot": line_slot, "line": line})).await?;
+        send(
+            write,
+            &serde_json::json!({"ok": true, "app": line_app, "slot": line_slot, "line": line}),
+        )
+        .await?;
     }
     if !follow {
         return send(write, &serde_json::json!({"ok": true, "end": true})).await;
@@ -239,7 +275,9 @@ async fn serve_logs(
     loop {
         match feed.recv().await {
             Ok((line_app, line_slot, line)) => {
-                if app.as_deref().is_some_and(|a| a != &*line_app) || slot.is_some_and(|s| s != line_slot) {
+                if app.as_deref().is_some_and(|a| a != &*line_app)
+                    || slot.is_some_and(|s| s != line_slot)
+                {
                     continue;
                 }
                 send(write, &serde_json::json!({"ok": true, "app": &*line_app, "slot": line_slot, "line": line})).await?;
@@ -266,11 +304,22 @@ mod tests {
         hub.push(&web, 1, b"other slot");
         let tail = hub.tail(Some("web"), Some(0), 3);
         let texts: Vec<&str> = tail.iter().map(|(_, _, l)| l.as_str()).collect();
-        assert_eq!(texts, [format!("line {}", RING_LINES + 7), format!("line {}", RING_LINES + 8), format!("line {}", RING_LINES + 9)]);
+        assert_eq!(
+            texts,
+            [
+                format!("line {}", RING_LINES + 7),
+                format!("line {}", RING_LINES + 8),
+                format!("line {}", RING_LINES + 9)
+            ]
+        );
         assert_eq!(hub.tail(Some("web"), None, 10_000).len(), RING_LINES + 1);
         let big = vec![b'x'; RING_BYTES / 2 + 1];
         hub.push(&web, 2, &big);
         hub.push(&web, 2, &big);
-        assert_eq!(hub.tail(Some("web"), Some(2), 10).len(), 1, "bounded in bytes too");
+        assert_eq!(
+            hub.tail(Some("web"), Some(2), 10).len(),
+            1,
+            "bounded in bytes too"
+        );
     }
 }

@@ -2,6 +2,7 @@
 //! files and output. Each piece is thin and behind a small interface; the
 //! decisions are made in [`crate::reconcile`] and [`crate::worker`].
 
+pub mod control;
 pub mod logging;
 pub mod notify;
 pub mod output;

@@ -15,6 +15,8 @@ use std::time::{Duration, SystemTime};
 
 use tokio::io::AsyncReadExt;
 
+use super::control::LogHub;
+
 /// Lines waiting for the terminal; beyond this they are dropped (and counted).
 pub const LOG_QUEUE_LINES: usize = 8192;
 /// Bytes waiting for the terminal, whatever the line count; beyond, dropped.
@@ -299,14 +301,25 @@ impl LineSplitter {
     }
 }
 
-/// Read a worker's pipe until EOF, forwarding each line to the sink.
-pub async fn pump(fd: OwnedFd, source: Source, stream: Stream, sink: LogSink, format: LogFormat) {
+/// Read a worker's pipe until EOF, forwarding each line to the sink and to
+/// the instance's ring for `supervise logs`.
+pub async fn pump(
+    fd: OwnedFd,
+    source: Source,
+    stream: Stream,
+    sink: LogSink,
+    logs: Arc<LogHub>,
+    format: LogFormat,
+) {
     let Ok(mut pipe) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
         return;
     };
     let mut splitter = LineSplitter::default();
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
-    let mut emit = |line: &[u8]| sink.send_output(render_line(&source, stream, line, format));
+    let mut emit = |line: &[u8]| {
+        logs.push(&source.app, source.slot, line);
+        sink.send_output(render_line(&source, stream, line, format));
+    };
     loop {
         match pipe.read(&mut chunk).await {
             Ok(0) | Err(_) => break,

@@ -38,15 +38,30 @@ pub fn group_usage() -> std::collections::HashMap<i32, GroupUsage> {
         return usage;
     };
     for entry in entries.flatten() {
-        if !entry.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())) {
+        if !entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        {
             continue;
         }
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
-        let Some(close) = stat.rfind(')') else { continue };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let Some(close) = stat.rfind(')') else {
+            continue;
+        };
         let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
         // After the name: state(0) ppid(1) pgrp(2) … utime(11) stime(12) … rss(21)
-        let number = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
-        let Some(pgrp) = fields.get(2).and_then(|f| f.parse::<i32>().ok()) else { continue };
+        let number = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let Some(pgrp) = fields.get(2).and_then(|f| f.parse::<i32>().ok()) else {
+            continue;
+        };
         let group = usage.entry(pgrp).or_insert_with(GroupUsage::default);
         group.rss_bytes += number(21) * page;
         group.cpu_ticks += number(11) + number(12);
