@@ -67,12 +67,22 @@ impl Connection {
         let mut line = serde_json::to_vec(&Request::new(command))
             .map_err(|e| fail(exit::USAGE, e.to_string()))?;
         line.push(b'\n');
-        stream
-            .write_all(&line)
-            .map_err(|e| fail(exit::NOT_RUNNING, format!("{}: {e}", socket.display())))?;
-        Ok(Connection {
+        // A refusal may arrive before the request is written (EPIPE then):
+        // the reply says why, so read it before giving up.
+        let written = stream.write_all(&line);
+        let mut connection = Connection {
             reader: BufReader::new(stream),
-        })
+        };
+        if let Err(error) = written {
+            return match connection.next_reply() {
+                Err(refusal) => Err(refusal),
+                _ => Err(fail(
+                    exit::NOT_RUNNING,
+                    format!("{}: {error}", socket.display()),
+                )),
+            };
+        }
+        Ok(connection)
     }
 
     /// The next reply line; `None` at the end. An `ok: false` reply is a failure.

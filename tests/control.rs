@@ -1,0 +1,330 @@
+//! The control socket and the everyday commands, against a real supervisor.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+
+const APPS: &str = r#"# two apps
+apps:
+  web:
+    command: [sh, -c, "echo hello from $SUPERVISE_INSTANCE; exec sleep 1000"]
+    instances: 2
+    ready: none
+  api:
+    command: [sleep, "1000"]
+    ready: {delay: 100ms}
+"#;
+
+/// Run `supervise ARGS` as a client of the supervisor `s`.
+fn client(s: &Supervised, args: &[&str]) -> Output {
+    std::process::Command::new(binary())
+        .current_dir(s.dir.path())
+        .env("XDG_RUNTIME_DIR", runtime_dir(s.dir.path()))
+        .args(args)
+        .output()
+        .expect("the client runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn socket(s: &Supervised) -> PathBuf {
+    let dir = runtime_dir(s.dir.path()).join("supervise");
+    std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "sock"))
+        .expect("the control socket exists")
+}
+
+fn status(s: &Supervised) -> Value {
+    let output = client(s, &["status", "--json"]);
+    assert!(output.status.success(), "{output:?}");
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+fn pids_of(status: &Value, app: &str) -> Vec<i64> {
+    status["apps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == app)
+        .map(|a| {
+            a["workers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|w| w["pid"].as_i64())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn started(yaml: &str) -> Supervised {
+    let mut s = Supervised::start(yaml);
+    s.wait_count("ready", "web", 2);
+    s.wait_count("ready", "api", 1);
+    s
+}
+
+#[test]
+fn status_matches_the_processes() {
+    let s = started(APPS);
+    let json = status(&s);
+    assert_eq!(json["version"], 1);
+    for app in ["web", "api"] {
+        let pids = pids_of(&json, app);
+        assert_eq!(pids.len(), if app == "web" { 2 } else { 1 });
+        for pid in pids {
+            let stat =
+                std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the pid is alive");
+            assert!(stat.contains("(sleep)"), "{stat}");
+            assert_eq!(
+                common::process_state(pid as i32).map(|c| c != 'Z'),
+                Some(true)
+            );
+        }
+    }
+    let worker = &json["apps"][0]["workers"][0];
+    assert_eq!(worker["state"], "ready");
+    assert!(worker["rss_bytes"].as_u64().unwrap() > 0);
+    let table = stdout(&client(&s, &["ls"]));
+    assert!(table.contains("app") && table.contains("memory"), "{table}");
+    assert_eq!(
+        table
+            .lines()
+            .filter(|l| l.trim_start().starts_with("web"))
+            .count(),
+        2,
+        "{table}"
+    );
+}
+
+#[test]
+fn reload_replaces_every_pid_of_the_app_and_no_other() {
+    let s = started(APPS);
+    let before = status(&s);
+    let output = client(&s, &["reload", "web"]);
+    assert!(output.status.success(), "{output:?}");
+    assert!(
+        stdout(&output).contains("web: 2/2 replaced"),
+        "{}",
+        stdout(&output)
+    );
+    let after = status(&s);
+    let (old, new) = (pids_of(&before, "web"), pids_of(&after, "web"));
+    assert_eq!(new.len(), 2);
+    assert!(new.iter().all(|p| !old.contains(p)), "{old:?} → {new:?}");
+    assert_eq!(pids_of(&before, "api"), pids_of(&after, "api"));
+}
+
+#[test]
+fn a_halted_reload_exits_4() {
+    let mut s = started(APPS);
+    // Make replacements fail: the file changes the command, the rollout halts,
+    // and a reload of the halted app halts again.
+    let broken = APPS.replace(
+        "command: [sh, -c, \"echo hello from $SUPERVISE_INSTANCE; exec sleep 1000\"]",
+        "command: [sh, -c, \"exit 1\"]\n    ready: {delay: 500ms}",
+    );
+    let temp = s.path(".tmp");
+    std::fs::write(&temp, broken.replace("    ready: none\n  api", "  api")).unwrap();
+    std::fs::rename(&temp, s.path("ecosystem.yaml")).unwrap();
+    s.wait_for("the halt", |e| e["event"] == "rollout_halted");
+    let output = client(&s, &["reload", "web"]);
+    assert_eq!(output.status.code(), Some(4), "{output:?}");
+}
+
+#[test]
+fn restart_stop_and_start() {
+    let mut s = started(APPS);
+    let before = pids_of(&status(&s), "web");
+    assert!(client(&s, &["restart", "web.1"]).status.success());
+    s.wait_count("spawned", "web", 3);
+    let after = pids_of(&status(&s), "web");
+    assert!(
+        after.contains(&before[0]) && !after.contains(&before[1]),
+        "{before:?} → {after:?}"
+    );
+
+    assert!(client(&s, &["stop", "web"]).status.success());
+    s.wait_count("stopped", "web", 3);
+    let held = status(&s);
+    let states: Vec<&str> = held["apps"][0]["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["stopped (held)", "stopped (held)"]);
+    assert!(stdout(&client(&s, &["status"])).contains("stopped (held)"));
+    assert!(
+        s.next_within(Duration::from_millis(500), |e| e["event"] == "spawned"
+            && e["app"] == "web")
+            .is_none(),
+        "held"
+    );
+
+    assert!(client(&s, &["start", "web.0"]).status.success());
+    s.wait_count("spawned", "web", 4);
+    assert_eq!(pids_of(&status(&s), "web").len(), 1);
+    let unknown = client(&s, &["stop", "nope"]);
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no app `nope`"));
+}
+
+#[test]
+fn scale_edits_only_that_value_and_waits() {
+    let s = started(APPS);
+    let original = std::fs::read_to_string(s.path("ecosystem.yaml")).unwrap();
+    let output = client(&s, &["scale", "web", "+1"]);
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(
+        stdout(&output),
+        "web: instances 2 → 3 (edited ecosystem.yaml)\n"
+    );
+    let edited = std::fs::read_to_string(s.path("ecosystem.yaml")).unwrap();
+    assert_eq!(edited, original.replace("instances: 2", "instances: 3"));
+    assert_eq!(pids_of(&status(&s), "web").len(), 3);
+
+    let output = client(&s, &["scale", "web", "-1"]);
+    assert!(
+        output.status.success(),
+        "`scale web -1` is a count, not a flag: {output:?}"
+    );
+    let output = client(&s, &["scale", "api", "2"]);
+    assert!(output.status.success(), "{output:?}");
+    let edited = std::fs::read_to_string(s.path("ecosystem.yaml")).unwrap();
+    assert!(
+        edited.contains("  api:\n    instances: 2\n    command: [sleep"),
+        "{edited}"
+    );
+}
+
+#[test]
+fn scale_refuses_an_invalid_file_and_leaves_it_untouched() {
+    let s = started(APPS);
+    let broken = format!("{APPS}    instnces: 3\n");
+    std::fs::write(s.path("ecosystem.yaml"), &broken).unwrap();
+    let output = client(&s, &["scale", "web", "5"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("invalid"));
+    assert_eq!(
+        std::fs::read_to_string(s.path("ecosystem.yaml")).unwrap(),
+        broken
+    );
+}
+
+#[test]
+fn logs_return_what_the_workers_printed() {
+    let s = started(APPS);
+    let output = client(&s, &["logs", "web", "-n", "5"]);
+    assert!(output.status.success(), "{output:?}");
+    let text = stdout(&output);
+    assert!(
+        text.contains("web.0 | hello from 0") && text.contains("web.1 | hello from 1"),
+        "{text}"
+    );
+    let one = stdout(&client(&s, &["logs", "web.1"]));
+    assert_eq!(one, "web.1 | hello from 1\n");
+}
+
+#[test]
+fn without_a_supervisor_clients_exit_3_naming_the_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ecosystem.yaml"), APPS).unwrap();
+    let output = std::process::Command::new(binary())
+        .current_dir(dir.path())
+        .env("XDG_RUNTIME_DIR", runtime_dir(dir.path()))
+        .args(["status"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("no supervisor is running") && stderr.contains(".sock"),
+        "{stderr}"
+    );
+}
+
+fn raw_request(socket: &Path, bytes: &[u8]) -> String {
+    let mut stream = UnixStream::connect(socket).unwrap();
+    stream.set_read_timeout(Some(WAIT)).unwrap();
+    let _ = stream.write_all(bytes);
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let mut reply = String::new();
+    let _ = stream.read_to_string(&mut reply);
+    reply
+}
+
+#[test]
+fn hostile_clients_do_not_disturb_the_supervisor() {
+    let s = started(APPS);
+    let socket = socket(&s);
+    let mode = std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+
+    // A client that connects and says nothing, held open meanwhile.
+    let silent = UnixStream::connect(&socket).unwrap();
+    assert!(raw_request(&socket, &vec![b'x'; 1 << 20]).contains("\"ok\":false"));
+    assert!(raw_request(&socket, b"{\"v\":1,\"cmd\":\"sta").contains("malformed"));
+    assert!(
+        raw_request(&socket, b"{\"v\":9,\"cmd\":\"status\"}\n")
+            .contains("unsupported protocol version 9")
+    );
+    assert!(raw_request(&socket, b"{\"v\":1,\"cmd\":\"explode\"}\n").contains("bad request"));
+    let good = raw_request(&socket, b"{\"v\":1,\"cmd\":\"status\"}\n");
+    assert!(good.contains("\"ok\":true"), "{good}");
+    drop(silent);
+    assert!(client(&s, &["status"]).status.success());
+}
+
+#[test]
+fn the_peer_uid_is_checked_even_when_permissions_are_loosened() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("skipped: connecting as another user needs root");
+        return;
+    }
+    let mut s = started(APPS);
+    let socket = socket(&s);
+    // Loosen what the 0700 directory and the 0600 socket would refuse anyway.
+    for dir in [
+        runtime_dir(s.dir.path()),
+        runtime_dir(s.dir.path()).join("supervise"),
+        s.dir.path().to_path_buf(),
+    ] {
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+    let output = std::process::Command::new("setpriv")
+        .args([
+            &format!("--reuid={}", nobody.uid),
+            &format!("--regid={}", nobody.gid),
+            "--clear-groups",
+            binary().to_str().unwrap(),
+            "--socket",
+            socket.to_str().unwrap(),
+            "status",
+        ])
+        .output()
+        .expect("setpriv runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("permission denied"), "{stderr}");
+    let refused = s.wait_for("the refusal in the log", |e| {
+        e["event"] == "control_refused"
+    });
+    assert_eq!(refused["uid"], nobody.uid.as_raw());
+}
