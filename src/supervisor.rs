@@ -404,7 +404,7 @@ impl Supervisor {
                     // A failed or exited worker gets a fresh start when its
                     // app's definition changes, and only then.
                     for worker in &mut app.workers {
-                        if matches!(worker.state, State::Failed | State::Exited) {
+                        if matches!(worker.state, State::Failed | State::Exited | State::Held) {
                             let _ = worker.revive();
                         }
                     }

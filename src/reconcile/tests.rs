@@ -555,3 +555,28 @@ fn recreate_stops_every_old_worker_before_starting_new_ones() {
         [(0, 2, "ready"), (1, 2, "ready"), (2, 2, "ready")]
     );
 }
+
+#[test]
+fn a_held_worker_keeps_its_slot_and_is_not_restarted() {
+    let mut sim = Sim::new(2);
+    sim.settle();
+    let id = sim.workers[1].id;
+    let kill_timeout = sim.spec.kill_timeout;
+    let now = sim.now;
+    sim.worker(id)
+        .stop(now, kill_timeout, crate::worker::AfterStop::Hold)
+        .unwrap();
+    sim.exit(
+        id,
+        Exit::Signal {
+            signal: 15,
+            core: false,
+        },
+    );
+    sim.advance(Duration::from_secs(3600));
+    assert_eq!(sim.settle(), None, "nothing to do, nothing to wake for");
+    assert_eq!(sim.slots(), [(0, 1, "ready"), (1, 1, "stopped (held)")]);
+    sim.worker(id).revive().unwrap();
+    sim.settle();
+    assert_eq!(sim.slots(), [(0, 1, "ready"), (1, 1, "ready")]);
+}
