@@ -958,29 +958,13 @@ impl Supervisor {
             }
             Action::Start { id } => self.start(app_name, id),
             Action::MarkReady { id } => {
-                let spawned_at = self
-                    .processes
-                    .values()
-                    .find(|p| p.id == id)
-                    .map(|p| p.spawned_at);
-                let Some(worker) = self.worker_mut(app_name, id) else {
-                    return;
-                };
-                let pid = worker.state.pid().unwrap_or(0);
-                let (slot, generation) = (worker.slot, worker.generation);
-                if worker.ready(now).is_ok() {
-                    let after = spawned_at
-                        .map(|t| short_duration(now - t))
-                        .unwrap_or_default();
-                    info!(
-                        event = "ready",
-                        app = app_name,
-                        slot,
-                        pid,
-                        generation,
-                        "{} is ready (pid {pid}, after {after})",
-                        label(app_name, slot)
-                    );
+                let pid = app
+                    .workers
+                    .iter()
+                    .find(|w| w.id == id)
+                    .and_then(|w| w.state.pid());
+                if let Some(pid) = pid {
+                    self.ready_signal(app_name, id, pid, "delay");
                 }
             }
             Action::Stop { id, reason, then } => {

@@ -111,14 +111,7 @@ impl<'s> Walker<'s> {
             return;
         }
         if !self.accepts_shallow(node, schema) {
-            let mut problem = self.mismatch(node, schema, path);
-            if let NodeKind::Str(word) = &node.kind {
-                let words = self.allowed_words(schema);
-                if let Some(suggestion) = did_you_mean(word, words.iter().map(String::as_str)) {
-                    problem.help = Some(format!("did you mean `{suggestion}`?"));
-                }
-            }
-            out.push(problem);
+            out.push(self.mismatch_with_suggestion(node, schema, path));
             return;
         }
         match &node.kind {
@@ -155,16 +148,7 @@ impl<'s> Walker<'s> {
             .filter(|b| self.accepts_shallow(node, b))
             .collect();
         match compatible.as_slice() {
-            [] => {
-                let mut problem = self.mismatch(node, schema, path);
-                if let NodeKind::Str(word) = &node.kind {
-                    let words = self.allowed_words(schema);
-                    if let Some(suggestion) = did_you_mean(word, words.iter().map(String::as_str)) {
-                        problem.help = Some(format!("did you mean `{suggestion}`?"));
-                    }
-                }
-                out.push(problem);
-            }
+            [] => out.push(self.mismatch_with_suggestion(node, schema, path)),
             [only] => self.walk(node, only, path, out),
             several => {
                 let mut best: Option<(usize, Vec<Problem>)> = None;
@@ -418,6 +402,23 @@ impl<'s> Walker<'s> {
         } else {
             phrases.join(" or ")
         }
+    }
+
+    /// A mismatch, with a did-you-mean when a misspelt word was written.
+    fn mismatch_with_suggestion(
+        &self,
+        node: &Node,
+        schema: &'s Value,
+        path: &[PathSeg],
+    ) -> Problem {
+        let mut problem = self.mismatch(node, schema, path);
+        if let NodeKind::Str(word) = &node.kind {
+            let words = self.allowed_words(schema);
+            if let Some(suggestion) = did_you_mean(word, words.iter().map(String::as_str)) {
+                problem.help = Some(format!("did you mean `{suggestion}`?"));
+            }
+        }
+        problem
     }
 
     fn mismatch(&self, node: &Node, schema: &'s Value, path: &[PathSeg]) -> Problem {
