@@ -197,3 +197,30 @@ proptest! {
         prop_assert_eq!(parsed, model, "{}", yaml);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Any bytes at all: a request or an error message, never a panic.
+    #[test]
+    fn control_decoding_is_total(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+        let _ = supervise::control::decode(&bytes);
+    }
+
+    /// Every request the client can send decodes to itself.
+    #[test]
+    fn control_requests_round_trip(target in "[a-z][a-z0-9-]{0,8}(\\.[0-9]{1,3})?", lines in 0usize..10_000, follow: bool) {
+        use supervise::control::{Command, Request, decode};
+        for command in [
+            Command::Status,
+            Command::Reload { app: target.clone() },
+            Command::Restart { target: target.clone() },
+            Command::Stop { target: target.clone() },
+            Command::Start { target: target.clone() },
+            Command::Logs { target: Some(target.clone()), lines, follow },
+        ] {
+            let line = serde_json::to_vec(&Request::new(command.clone())).unwrap();
+            prop_assert_eq!(decode(&line).map(|r| r.command), Ok(command));
+        }
+    }
+}
