@@ -72,18 +72,34 @@ fn ten_thousand_instances_reconcile_quickly_and_app_by_app() {
     let rounds = 50;
     let start = Instant::now();
     for _ in 0..rounds {
-        std::hint::black_box(reconcile(target(&specs[42]), std::hint::black_box(&crashed), later));
+        std::hint::black_box(reconcile(
+            target(&specs[42]),
+            std::hint::black_box(&crashed),
+            later,
+        ));
     }
     let one_app = start.elapsed() / rounds;
 
     let start = Instant::now();
     for _ in 0..rounds {
         for (spec, workers) in specs.iter().zip(&fleets) {
-            std::hint::black_box(reconcile(target(spec), std::hint::black_box(workers), later));
+            std::hint::black_box(reconcile(
+                target(spec),
+                std::hint::black_box(workers),
+                later,
+            ));
         }
     }
     let full_pass = start.elapsed() / rounds;
-    println!("reconcile, 100 apps x 100 instances: one app (one event) {one_app:?}; the full pass over 10,000 instances {full_pass:?}");
-    assert!(full_pass < Duration::from_millis(500), "full pass {full_pass:?}");
-    assert!(one_app * 10 < full_pass, "one app {one_app:?} vs all {full_pass:?}");
+    println!(
+        "reconcile, 100 apps x 100 instances: one app (one event) {one_app:?}; the full pass over 10,000 instances {full_pass:?}"
+    );
+    assert!(
+        full_pass < Duration::from_millis(500),
+        "full pass {full_pass:?}"
+    );
+    assert!(
+        one_app * 10 < full_pass,
+        "one app {one_app:?} vs all {full_pass:?}"
+    );
 }
