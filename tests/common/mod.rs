@@ -49,13 +49,27 @@ impl Supervised {
     /// Like [`Supervised::start`], with extra arguments and a hook to prepare
     /// the directory (fixture scripts) and the command (environment).
     pub fn start_with(yaml: &str, args: &[&str], prepare: impl FnOnce(&Path)) -> Supervised {
+        Supervised::start_wrapped(yaml, &[], args, prepare)
+    }
+
+    /// Run the supervisor under `wrapper` (e.g. `unshare --pid --fork`).
+    pub fn start_wrapped(yaml: &str, wrapper: &[&str], args: &[&str], prepare: impl FnOnce(&Path)) -> Supervised {
         let dir = tempfile::tempdir().expect("temp dir");
         std::fs::write(dir.path().join("ecosystem.yaml"), yaml).expect("write ecosystem.yaml");
         prepare(dir.path());
         let runtime = runtime_dir(dir.path());
         let stderr_path = dir.path().join("supervise.stderr");
         let stderr = std::fs::File::create(&stderr_path).expect("stderr file");
-        let mut child = Command::new(binary())
+        let binary = binary();
+        let mut command = match wrapper.split_first() {
+            Some((program, wrapper_args)) => {
+                let mut command = Command::new(program);
+                command.args(wrapper_args).arg(&binary);
+                command
+            }
+            None => Command::new(&binary),
+        };
+        let mut child = command
             .current_dir(dir.path())
             .args(["--log-format", "json", "-f", "ecosystem.yaml"])
             .args(args)
