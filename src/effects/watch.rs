@@ -49,7 +49,12 @@ impl FileWatcher {
     pub fn new(path: &Path) -> FileWatcher {
         let (notify, events) = mpsc::channel(1);
         let watcher = notify::recommended_watcher(move |result: notify::Result<notify::Event>| {
-            if result.is_ok() {
+            // Opening and reading a file is an event too — including our own
+            // read of the ecosystem file, which would otherwise trigger the
+            // next read, for ever. Only changes count.
+            if let Ok(event) = result
+                && !matches!(event.kind, notify::EventKind::Access(_))
+            {
                 let _ = notify.try_send(());
             }
         });
