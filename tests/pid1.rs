@@ -29,26 +29,48 @@ fn as_pid_1_it_reaps_orphans_and_stops_everything_on_sigterm() {
         &[],
         |_| {},
     );
-    s.wait_for("the orphans", |e| e["event"] == "output" && e["line"] == "orphaned");
-    s.wait_for("the orphans", |e| e["event"] == "output" && e["line"] == "orphaned");
+    s.wait_for("the orphans", |e| {
+        e["event"] == "output" && e["line"] == "orphaned"
+    });
+    s.wait_for("the orphans", |e| {
+        e["event"] == "output" && e["line"] == "orphaned"
+    });
     // The supervisor is unshare's child on the host, PID 1 inside.
     let supervisor = children_of(s.pid())[0];
     let status = std::fs::read_to_string(format!("/proc/{supervisor}/status")).unwrap();
-    let ns_pid = status.lines().find(|l| l.starts_with("NSpid:")).unwrap().to_string();
-    assert!(ns_pid.trim_end().ends_with("\t1"), "PID 1 in its namespace: {ns_pid}");
+    let ns_pid = status
+        .lines()
+        .find(|l| l.starts_with("NSpid:"))
+        .unwrap()
+        .to_string();
+    assert!(
+        ns_pid.trim_end().ends_with("\t1"),
+        "PID 1 in its namespace: {ns_pid}"
+    );
 
     // Ten `sleep 0.2` orphans were adopted by PID 1; once they exit they must
     // not linger as zombies.
     let no_zombies = eventually(WAIT, || {
         let sleepers = descendants_of(supervisor)
             .into_iter()
-            .filter(|p| std::fs::read_to_string(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.contains("0.2")))
+            .filter(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/cmdline"))
+                    .is_ok_and(|c| c.contains("0.2"))
+            })
             .count();
-        sleepers == 0 && children_of(supervisor).iter().all(|p| process_state(*p) != Some('Z'))
+        sleepers == 0
+            && children_of(supervisor)
+                .iter()
+                .all(|p| process_state(*p) != Some('Z'))
     });
     assert!(no_zombies, "orphans reaped");
     std::thread::sleep(Duration::from_millis(200));
-    assert!(children_of(supervisor).iter().all(|p| process_state(*p) != Some('Z')), "still none 200 ms later");
+    assert!(
+        children_of(supervisor)
+            .iter()
+            .all(|p| process_state(*p) != Some('Z')),
+        "still none 200 ms later"
+    );
 
     let tree = descendants_of(supervisor);
     // SAFETY: signalling the supervisor this test started, by pid.

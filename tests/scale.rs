@@ -8,7 +8,9 @@ use common::*;
 
 fn cpu_ticks(pid: i32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 1..].split_whitespace().collect();
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 1..]
+        .split_whitespace()
+        .collect();
     fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
 }
 
@@ -36,11 +38,23 @@ fn a_crash_loop_costs_almost_nothing_and_follows_the_schedule() {
     s.until(WINDOW, |_| false);
     let used = (cpu_ticks(s.pid()) - before) as f64 / ticks;
     let percent = used / start.elapsed().as_secs_f64() * 100.0;
-    println!("a crash loop for {:?}: supervisor CPU {percent:.3} % of a core", start.elapsed());
+    println!(
+        "a crash loop for {:?}: supervisor CPU {percent:.3} % of a core",
+        start.elapsed()
+    );
     assert!(percent < 0.5, "{percent} % CPU");
 
-    let delays: Vec<u64> = s.events.iter().filter(|e| e["event"] == "exited").filter_map(|e| e["delay_ms"].as_u64()).collect();
-    assert_eq!(&delays[..9], [100, 200, 400, 800, 1600, 3200, 6400, 12800, 25600], "the logged schedule");
+    let delays: Vec<u64> = s
+        .events
+        .iter()
+        .filter(|e| e["event"] == "exited")
+        .filter_map(|e| e["delay_ms"].as_u64())
+        .collect();
+    assert_eq!(
+        &delays[..9],
+        [100, 200, 400, 800, 1600, 3200, 6400, 12800, 25600],
+        "the logged schedule"
+    );
     let starts: Vec<u128> = std::fs::read_to_string(s.path("starts"))
         .unwrap()
         .lines()
@@ -48,8 +62,17 @@ fn a_crash_loop_costs_almost_nothing_and_follows_the_schedule() {
         .collect();
     for (i, pair) in starts.windows(2).enumerate() {
         let gap_ms = (pair[1] - pair[0]) as f64 / 1e6;
-        assert!(gap_ms >= delays[i] as f64, "restart {} after {gap_ms}ms, before its {}ms", i + 1, delays[i]);
-        assert!(gap_ms <= delays[i] as f64 + 1000.0, "restart {} after {gap_ms}ms", i + 1);
+        assert!(
+            gap_ms >= delays[i] as f64,
+            "restart {} after {gap_ms}ms, before its {}ms",
+            i + 1,
+            delays[i]
+        );
+        assert!(
+            gap_ms <= delays[i] as f64 + 1000.0,
+            "restart {} after {gap_ms}ms",
+            i + 1
+        );
     }
 }
 
@@ -57,11 +80,26 @@ fn a_crash_loop_costs_almost_nothing_and_follows_the_schedule() {
 fn a_thousand_instances_start_list_scale_to_zero_and_back() {
     /// The bound we state for 1,000 instances (a debug build).
     const RSS_BOUND_KB: u64 = 64 * 1024;
-    let mut s = Supervised::start("apps:\n  many:\n    command: [sleep, \"100000\"]\n    instances: 1000\n    ready: none\n");
+    let mut s = Supervised::start(
+        "apps:\n  many:\n    command: [sleep, \"100000\"]\n    instances: 1000\n    ready: none\n",
+    );
     let start = Instant::now();
     s.until(WAIT * 3, |s| s.count("ready", "many") >= 1000);
-    assert_eq!(s.count("ready", "many"), 1000, "{}", s.dump().lines().rev().take(5).collect::<Vec<_>>().join("\n"));
-    println!("1,000 instances running {:?} after the start", start.elapsed());
+    assert_eq!(
+        s.count("ready", "many"),
+        1000,
+        "{}",
+        s.dump()
+            .lines()
+            .rev()
+            .take(5)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    println!(
+        "1,000 instances running {:?} after the start",
+        start.elapsed()
+    );
     let rss_up = rss_kb(s.pid());
 
     let status = std::process::Command::new(binary())
@@ -90,7 +128,10 @@ fn a_thousand_instances_start_list_scale_to_zero_and_back() {
     assert!(s.until(WAIT * 3, |s| s.count("ready", "many") >= 2000));
     let rss_back = rss_kb(s.pid());
     println!("supervisor RSS with 1,000 instances: {rss_up} kB, after 0 and back: {rss_back} kB");
-    assert!(rss_up < RSS_BOUND_KB && rss_back < RSS_BOUND_KB, "{rss_up} / {rss_back} kB");
+    assert!(
+        rss_up < RSS_BOUND_KB && rss_back < RSS_BOUND_KB,
+        "{rss_up} / {rss_back} kB"
+    );
     s.signal(libc::SIGTERM);
     assert!(s.wait_exit(WAIT).success());
 }

@@ -53,7 +53,12 @@ impl Supervised {
     }
 
     /// Run the supervisor under `wrapper` (e.g. `unshare --pid --fork`).
-    pub fn start_wrapped(yaml: &str, wrapper: &[&str], args: &[&str], prepare: impl FnOnce(&Path)) -> Supervised {
+    pub fn start_wrapped(
+        yaml: &str,
+        wrapper: &[&str],
+        args: &[&str],
+        prepare: impl FnOnce(&Path),
+    ) -> Supervised {
         let dir = tempfile::tempdir().expect("temp dir");
         std::fs::write(dir.path().join("ecosystem.yaml"), yaml).expect("write ecosystem.yaml");
         prepare(dir.path());
