@@ -328,3 +328,36 @@ fn the_peer_uid_is_checked_even_when_permissions_are_loosened() {
     });
     assert_eq!(refused["uid"], nobody.uid.as_raw());
 }
+
+#[test]
+fn a_stale_socket_from_a_killed_supervisor_is_replaced() {
+    let mut first = started(APPS);
+    let stale = socket(&first);
+    first.signal(libc::SIGKILL);
+    let _ = first.wait_exit(WAIT);
+    assert!(stale.exists(), "SIGKILL left the socket file behind");
+    // A new supervisor on the same file and runtime directory takes over.
+    let dir = first.dir.path().to_path_buf();
+    let mut second = std::process::Command::new(binary())
+        .current_dir(&dir)
+        .env("XDG_RUNTIME_DIR", runtime_dir(&dir))
+        .args(["--log-format", "json", "-f", "ecosystem.yaml"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let answered = eventually(WAIT, || {
+        std::process::Command::new(binary())
+            .current_dir(&dir)
+            .env("XDG_RUNTIME_DIR", runtime_dir(&dir))
+            .args(["status", "--json"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    // SAFETY: signalling the supervisor this test started.
+    unsafe { libc::kill(second.id() as i32, libc::SIGTERM) };
+    let _ = second.wait();
+    assert!(
+        answered,
+        "the new supervisor answers on the replaced socket"
+    );
+}
