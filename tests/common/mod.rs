@@ -119,37 +119,29 @@ impl Supervised {
     /// whether it already arrived or is still to come. Repeated calls with the
     /// same predicate return successive matches.
     pub fn wait_for(&mut self, what: &str, predicate: impl Fn(&Value) -> bool) -> Value {
-        self.wait_for_within(WAIT, what, predicate)
-            .unwrap_or_else(|| panic!("timed out waiting for {what}\n{}", self.dump()))
+        let seen = (0..self.events.len())
+            .find(|i| !self.claimed.contains(i) && predicate(&self.events[*i]));
+        let index = seen
+            .or_else(|| self.receive_until(WAIT, &predicate))
+            .unwrap_or_else(|| panic!("timed out waiting for {what}\n{}", self.dump()));
+        self.claimed.insert(index);
+        self.events[index].clone()
     }
 
-    /// Like [`Supervised::wait_for`], but `None` on timeout.
-    pub fn wait_for_within(
+    /// Take in events until a new one matches `predicate` (its index) or
+    /// `limit` passes.
+    fn receive_until(
         &mut self,
         limit: Duration,
-        _what: &str,
         predicate: impl Fn(&Value) -> bool,
-    ) -> Option<Value> {
-        if let Some(index) = (0..self.events.len())
-            .find(|i| !self.claimed.contains(i) && predicate(&self.events[*i]))
-        {
-            self.claimed.insert(index);
-            return Some(self.events[index].clone());
-        }
+    ) -> Option<usize> {
         let deadline = Instant::now() + limit;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(event) => {
-                    self.events.push(event.clone());
-                    if predicate(&event) {
-                        self.claimed.insert(self.events.len() - 1);
-                        return Some(event);
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {
-                    return None;
-                }
+            let event = self.lines.recv_timeout(left).ok()?;
+            self.events.push(event);
+            if predicate(&self.events[self.events.len() - 1]) {
+                return Some(self.events.len() - 1);
             }
         }
     }
@@ -168,19 +160,8 @@ impl Supervised {
         limit: Duration,
         predicate: impl Fn(&Value) -> bool,
     ) -> Option<Value> {
-        let deadline = Instant::now() + limit;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(event) => {
-                    self.events.push(event.clone());
-                    if predicate(&event) {
-                        return Some(event);
-                    }
-                }
-                Err(_) => return None,
-            }
-        }
+        let index = self.receive_until(limit, predicate)?;
+        Some(self.events[index].clone())
     }
 
     /// Take in events until `condition` holds (true) or `limit` passes (false).
