@@ -51,31 +51,36 @@ def stat(pid):
         return f.read().rsplit(")", 1)[1].split()
 
 
-def children(pid):
-    found = []
+def process_table():
+    """pid -> (ppid, name) of every live process, from one pass over /proc."""
+    table = {}
     for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = stat(int(entry))
-            except OSError:
-                continue
-            if int(fields[1]) == pid and fields[0] != "Z":
-                found.append(int(entry))
-    return found
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                text = f.read()
+        except OSError:
+            continue
+        name = text[text.index("(") + 1:text.rindex(")")]
+        fields = text.rsplit(")", 1)[1].split()
+        if fields[0] != "Z":
+            table[int(entry)] = (int(fields[1]), name)
+    return table
 
 
 def sleepers(pid):
     """The live `sleep` processes under daemon `pid` (at any depth)."""
+    table = process_table()
+    kids = {}
+    for child, (parent, _) in table.items():
+        kids.setdefault(parent, []).append(child)
     result, frontier = [], [pid]
     while frontier:
-        for child in children(frontier.pop()):
+        for child in kids.get(frontier.pop(), []):
             frontier.append(child)
-            try:
-                with open(f"/proc/{child}/comm") as f:
-                    if f.read().strip() == "sleep":
-                        result.append(child)
-            except OSError:
-                pass
+            if table[child][1] == "sleep":
+                result.append(child)
     return result
 
 
