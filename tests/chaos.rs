@@ -29,16 +29,6 @@ fn fd_count(pid: i32) -> usize {
         .unwrap_or(0)
 }
 
-fn rss_kb(pid: i32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
 /// The supervisor's worker leaders (its children, without the undertaker).
 fn workers(supervisor: i32) -> Vec<i32> {
     children_of(supervisor)

@@ -349,18 +349,6 @@ fn client(port: u16, min: usize, stop: &AtomicBool, done: &AtomicUsize) -> Tally
     tally
 }
 
-fn listening_port(s: &mut Supervised) -> u16 {
-    let listening = s.wait_for("the socket", |e| e["event"] == "listening");
-    listening["address"]
-        .as_str()
-        .unwrap()
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap()
-}
-
 #[test]
 fn reloads_under_load_lose_no_request() {
     let server = format!("[python3, \"{}\"]", hello_server());

@@ -355,3 +355,27 @@ pub fn timestamp_ms(event: &Value) -> f64 {
         .as_secs_f64()
         * 1000.0
 }
+
+/// The resident memory of `pid`, in kB.
+pub fn rss_kb(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The port of the first socket the supervisor bound (`listening` event).
+pub fn listening_port(s: &mut Supervised) -> u16 {
+    let listening = s.wait_for("the socket", |e| e["event"] == "listening");
+    listening["address"]
+        .as_str()
+        .unwrap()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
