@@ -85,7 +85,6 @@ pub fn edit_text(text: &str, app: &str, count: u32) -> Result<String, String> {
                 .char_indices()
                 .nth(usize::try_from(value.location.len).unwrap_or(0))
                 .map_or(text.len() - start, |(i, _)| i);
-        let _ = key;
         return Ok(format!("{}{count}{}", &text[..start], &text[end..]));
     }
     // Not written in the app itself: add it there.

@@ -73,7 +73,6 @@ impl Sim {
 
     fn apply(&mut self, action: Action) {
         let now = self.now;
-        let rules = self.spec.restart_rules();
         let kill_timeout = self.spec.kill_timeout;
         self.log.push(format!("{action:?}"));
         match action {
@@ -94,7 +93,6 @@ impl Sim {
             Action::HaltRollout { .. } => self.halted = true,
         }
         self.check_bounds();
-        let _ = rules;
     }
 
     fn check_bounds(&self) {
