@@ -75,7 +75,7 @@ pub fn edit_text(text: &str, app: &str, count: u32) -> Result<String, String> {
             || (key.location.line == app_key.location.line
                 && key.location.column > app_key.location.column)
     };
-    if let Some((key, value)) = entries
+    if let Some((_, value)) = entries
         .iter()
         .find(|(k, _)| k.as_str() == Some("instances") && own(k))
     {
