@@ -876,6 +876,7 @@ impl Supervisor {
                 let plan = reconcile::reconcile(target, &app.workers, Instant::now());
                 if plan.actions.is_empty() {
                     app.wake_at = plan.wake_at;
+                    debug!(event = "reconciled", app = %name, passes = pass + 1, "{name}: reconciled");
                     break;
                 }
                 if pass >= MAX_PASSES {

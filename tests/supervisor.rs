@@ -619,3 +619,41 @@ apps:
         "{text}"
     );
 }
+
+#[test]
+fn an_event_reconciles_only_its_own_app() {
+    let mut s = Supervised::start_with(
+        r#"
+apps:
+  flaky:
+    command: [sh, -c, "echo up; sleep 0.3; exit 1"]
+    ready: none
+    backoff: {initial: 20ms, factor: 1}
+  steady-a:
+    command: [sleep, "1000"]
+    ready: none
+  steady-b:
+    command: [sleep, "1000"]
+    ready: none
+"#,
+        &["-v"],
+        |_| {},
+    );
+    s.wait_count("ready", "steady-a", 1);
+    s.wait_count("ready", "steady-b", 1);
+    // From the first crash on, until the 10 s guard pass, only `flaky` has
+    // events: it alone may be reconciled.
+    s.wait_for("a crash", |e| e["event"] == "exited" && e["app"] == "flaky");
+    let from = s.events.len();
+    s.wait_count("exited", "flaky", 3);
+    let reconciled: Vec<&str> = s.events[from..]
+        .iter()
+        .filter(|e| e["event"] == "reconciled")
+        .filter_map(|e| e["app"].as_str())
+        .collect();
+    assert!(reconciled.contains(&"flaky"), "{reconciled:?}");
+    assert!(
+        reconciled.iter().all(|a| *a == "flaky"),
+        "only the dirty app: {reconciled:?}"
+    );
+}
