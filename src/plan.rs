@@ -68,26 +68,15 @@ pub fn compare(old: &AppSpec, new: &AppSpec) -> AppChange {
         };
     }
     let (a, b) = (&old.process, &new.process);
-    let mut replaced = Vec::new();
-    if a.argv != b.argv {
-        replaced.push("command");
-    }
-    if a.shell != b.shell {
-        replaced.push("shell");
-    }
-    if a.cwd != b.cwd {
-        replaced.push("cwd");
-    }
-    if a.env != b.env {
-        replaced.push("env");
-    }
-    if a.listen != b.listen {
-        replaced.push("listen");
-    }
-    if a.identity != b.identity {
-        replaced.push("user");
-    }
-    let mut tuned = Vec::new();
+    let process: [(&'static str, bool); 6] = [
+        ("command", a.argv != b.argv),
+        ("shell", a.shell != b.shell),
+        ("cwd", a.cwd != b.cwd),
+        ("env", a.env != b.env),
+        ("listen", a.listen != b.listen),
+        ("user", a.identity != b.identity),
+    ];
+    let replaced = changed_names(&process);
     let policy: [(&'static str, bool); 8] = [
         ("ready", old.ready != new.ready),
         ("ready_timeout", old.ready_timeout != new.ready_timeout),
@@ -98,12 +87,7 @@ pub fn compare(old: &AppSpec, new: &AppSpec) -> AppChange {
         ("kill_timeout", old.kill_timeout != new.kill_timeout),
         ("reload", old.reload != new.reload),
     ];
-    tuned.extend(
-        policy
-            .iter()
-            .filter(|(_, changed)| *changed)
-            .map(|(name, _)| *name),
-    );
+    let tuned = changed_names(&policy);
     let overlapping_rebind = a.listen.iter().find_map(|before| {
         b.listen
             .iter()
@@ -120,6 +104,15 @@ pub fn compare(old: &AppSpec, new: &AppSpec) -> AppChange {
         tuned,
         overlapping_rebind,
     })
+}
+
+/// The names of the fields marked changed.
+fn changed_names(fields: &[(&'static str, bool)]) -> Vec<&'static str> {
+    fields
+        .iter()
+        .filter(|(_, changed)| *changed)
+        .map(|(name, _)| *name)
+        .collect()
 }
 
 impl fmt::Display for AppChange {

@@ -7,7 +7,7 @@
 //! reconciled, and a full pass over every app runs every
 //! [`FULL_PASS_INTERVAL`] as a guard. When nothing is due the loop sleeps.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
@@ -901,23 +901,22 @@ impl Supervisor {
     /// Close every socket that no app's current definition, nor an older one a
     /// worker still runs, uses.
     fn sweep_sockets(&mut self) {
-        let mut wanted: Vec<SocketKey> = Vec::new();
+        let mut wanted: HashSet<SocketKey> = HashSet::new();
         for app in self.apps.values() {
             // Reuseport sockets are per slot: wanted slots, and slots with a worker.
-            let mut slots: Vec<u32> = (0..app.spec.instances).collect();
-            slots.extend(app.workers.iter().map(|w| w.slot));
+            let slots = || (0..app.spec.instances).chain(app.workers.iter().map(|w| w.slot));
             for (generation, definition) in &app.definitions {
                 if app.removed && !app.workers.iter().any(|w| w.generation == *generation) {
                     continue;
                 }
                 for listen in &definition.listen {
                     if listen.reuseport {
-                        wanted.extend(slots.iter().map(|slot| SocketKey {
+                        wanted.extend(slots().map(|slot| SocketKey {
                             address: listen.address.clone(),
-                            slot: Some(*slot),
+                            slot: Some(slot),
                         }));
                     } else {
-                        wanted.push(SocketKey {
+                        wanted.insert(SocketKey {
                             address: listen.address.clone(),
                             slot: None,
                         });

@@ -114,15 +114,7 @@ fn chaos_keeps_the_count_and_leaks_nothing() {
     let mut s = Supervised::start(&format!(
         "apps:\n  web:\n    command: [python3, \"{server}\"]\n    instances: 8\n    listen: 127.0.0.1:0\n    ready: {{delay: 200ms}}\n    backoff: {{initial: 50ms, max: 500ms}}\n    kill_timeout: 2s\n"
     ));
-    let listening = s.wait_for("the socket", |e| e["event"] == "listening");
-    let port: u16 = listening["address"]
-        .as_str()
-        .unwrap()
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let port = listening_port(&mut s);
     s.wait_count("ready", "web", 8);
     let supervisor = s.pid();
     // The count must be back within the backoff bound: the longest delay

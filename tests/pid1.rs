@@ -29,12 +29,8 @@ fn as_pid_1_it_reaps_orphans_and_stops_everything_on_sigterm() {
         &[],
         |_| {},
     );
-    s.wait_for("the orphans", |e| {
-        e["event"] == "output" && e["line"] == "orphaned"
-    });
-    s.wait_for("the orphans", |e| {
-        e["event"] == "output" && e["line"] == "orphaned"
-    });
+    s.wait_line("orphaned");
+    s.wait_line("orphaned");
     // The supervisor is unshare's child on the host, PID 1 inside.
     let supervisor = children_of(s.pid())[0];
     let status = std::fs::read_to_string(format!("/proc/{supervisor}/status")).unwrap();

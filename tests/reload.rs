@@ -317,14 +317,10 @@ fn sighup_rereads_env_files() {
         &[],
         |dir| std::fs::write(dir.join("app.env"), "MODE=one\n").unwrap(),
     );
-    s.wait_for("mode one", |e| {
-        e["event"] == "output" && e["line"] == "mode=one"
-    });
+    s.wait_line("mode=one");
     std::fs::write(s.path("app.env"), "MODE=two\n").unwrap();
     s.signal(libc::SIGHUP);
-    s.wait_for("mode two", |e| {
-        e["event"] == "output" && e["line"] == "mode=two"
-    });
+    s.wait_line("mode=two");
 }
 
 #[test]

@@ -124,7 +124,7 @@ apps:
     ready: none
 "#,
     );
-    s.wait_for("armed", |e| e["event"] == "output" && e["line"] == "armed");
+    s.wait_line("armed");
     s.signal(libc::SIGTERM);
     let stopping = s.wait_event("stopping", "stubborn");
     let stopped = s.wait_event("stopped", "stubborn");
@@ -153,12 +153,8 @@ apps:
     ready: none
 "#,
     );
-    s.wait_for("the grandchild", |e| {
-        e["event"] == "output" && e["line"] == "started"
-    });
-    s.wait_for("the trap", |e| {
-        e["event"] == "output" && e["line"] == "trapping"
-    });
+    s.wait_line("started");
+    s.wait_line("trapping");
     let leaders: Vec<i32> = ["parent", "drainer"]
         .iter()
         .flat_map(|a| s.running_pids(a))
@@ -202,8 +198,8 @@ apps:
 "#,
     );
     s.wait_count("spawned", "family", 2);
-    s.wait_for("up", |e| e["event"] == "output" && e["line"] == "up");
-    s.wait_for("up", |e| e["event"] == "output" && e["line"] == "up");
+    s.wait_line("up");
+    s.wait_line("up");
     let tree = descendants_of(s.pid());
     assert!(tree.len() >= 7, "undertaker, 2 shells, 4 sleeps: {tree:?}");
     s.signal(libc::SIGKILL);
@@ -576,7 +572,7 @@ apps:
     ready: none
 "#,
     );
-    s.wait_for("armed", |e| e["event"] == "output" && e["line"] == "armed");
+    s.wait_line("armed");
     let pids = s.running_pids("stubborn");
     s.signal(libc::SIGINT);
     s.wait_event("stopping", "stubborn");

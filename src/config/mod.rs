@@ -21,7 +21,7 @@ pub mod validate;
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 
-use diagnostic::{Diagnostic, Location, Reporter, Severity};
+use diagnostic::{Diagnostic, Location, Reporter};
 pub use validate::Host;
 
 use crate::spec::Desired;
@@ -270,11 +270,6 @@ pub fn raw_from_tree(root: &node::Node) -> Result<raw::EcosystemFile, serde_json
         object.retain(|key, _| !key.starts_with("x-"));
     }
     serde_json::from_value(json)
-}
-
-/// Whether any diagnostic is an error.
-pub fn has_errors(diagnostics: &[Diagnostic]) -> bool {
-    diagnostics.iter().any(|d| d.severity == Severity::Error)
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
 //! closing socket's queued connections move to its siblings only with the
 //! `net.ipv4.tcp_migrate_req` sysctl set to 1; we warn when it is not.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -114,7 +114,7 @@ impl SocketRegistry {
 
     /// Close every socket whose key is not in `wanted` (a Unix socket's
     /// file is removed too).
-    pub fn retain(&mut self, wanted: &[SocketKey]) -> Vec<SocketKey> {
+    pub fn retain(&mut self, wanted: &HashSet<SocketKey>) -> Vec<SocketKey> {
         let unwanted: Vec<SocketKey> = self
             .sockets
             .keys()
@@ -141,7 +141,7 @@ impl SocketRegistry {
 
 impl Drop for SocketRegistry {
     fn drop(&mut self) {
-        self.retain(&[]);
+        self.retain(&HashSet::new());
     }
 }
 
@@ -209,7 +209,7 @@ mod tests {
                 "probe",
             )
             .unwrap();
-        registry.retain(&[]);
+        registry.retain(&HashSet::new());
         let per_slot = |slot| SocketKey {
             address: local.clone(),
             slot: Some(slot),
@@ -218,7 +218,7 @@ mod tests {
         let (second, second_local) = registry.ensure(&per_slot(1), "test").unwrap();
         assert_ne!(first, second);
         assert_eq!(second_local, local);
-        registry.retain(&[per_slot(0)]);
+        registry.retain(&HashSet::from([per_slot(0)]));
         assert_eq!(registry.len(), 1);
     }
 
@@ -236,7 +236,7 @@ mod tests {
         // SAFETY: fcntl on a live fd.
         let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
         assert_eq!(flags & libc::FD_CLOEXEC, libc::FD_CLOEXEC);
-        registry.retain(&[]);
+        registry.retain(&HashSet::new());
         assert!(registry.is_empty());
     }
 
@@ -285,7 +285,7 @@ mod tests {
             SocketRegistry::default().ensure(&address, "test").is_err(),
             "a live socket is kept"
         );
-        registry.retain(&[]);
+        registry.retain(&HashSet::new());
         assert!(!path.exists());
         std::fs::write(&path, "data").unwrap();
         assert!(

@@ -146,6 +146,11 @@ impl Supervised {
         }
     }
 
+    /// Wait for a worker to print `line` (the next such line not yet waited for).
+    pub fn wait_line(&mut self, line: &str) -> Value {
+        self.wait_for(line, |e| e["event"] == "output" && e["line"] == line)
+    }
+
     /// Wait for event `name` of `app` (any slot).
     pub fn wait_event(&mut self, name: &str, app: &str) -> Value {
         self.wait_for(&format!("{name} of {app}"), |e| {
