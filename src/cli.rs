@@ -12,12 +12,15 @@ use crate::config::{self, Host, diagnostic};
 use crate::effects::control::LogHub;
 use crate::effects::logging;
 use crate::effects::output::{LogFormat, LogSink};
-use crate::effects::runtime::{self, FileLock, LockError};
+use crate::effects::runtime::{self, Claim, LockError};
+use crate::effects::sockets::SocketRegistry;
+use crate::effects::system::Setup;
 use crate::effects::systemd::SystemdNotifier;
 use crate::effects::undertaker::Undertaker;
 use crate::effects::watch::{FileWatcher, content_hash};
 use crate::spec::Desired;
-use crate::supervisor::{Context, Supervisor, worker_base_env};
+use crate::supervisor::run::{Launch, run as run_loop};
+use crate::supervisor::worker_base_env;
 
 /// Exit codes shared by every command (DESIGN.md §2).
 pub mod exit {
@@ -418,7 +421,7 @@ pub fn run(cli: &Cli) -> ExitCode {
             return ExitCode::from(exit::USAGE);
         }
     };
-    let initial = content_hash(&bytes);
+    let initial_hash = content_hash(&bytes);
     let checked = config::check_bytes(&bytes, &source, &Host::detect());
     let rendered = diagnostic::render(&shown, &checked.text, &checked.diagnostics);
     let Some(desired) = checked.desired else {
@@ -435,8 +438,15 @@ pub fn run(cli: &Cli) -> ExitCode {
         err(&format!("error: {error}\n"));
         return ExitCode::from(exit::INVALID);
     }
-    let lock = match FileLock::acquire(&dir, &desired.source) {
-        Ok(lock) => lock,
+    let identity = match runtime::identify(&source) {
+        Ok(identity) => identity,
+        Err(error) => {
+            err(&format!("error: cannot read {shown}: {error}\n"));
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    let claim = match Claim::acquire(&dir, &identity, &shown, cli.socket.as_deref()) {
+        Ok(claim) => claim,
         Err(error @ LockError::Held { .. }) => {
             err(&format!("error: {error}\n"));
             return ExitCode::from(exit::INVALID);
@@ -470,19 +480,6 @@ pub fn run(cli: &Cli) -> ExitCode {
     if !rendered.is_empty() {
         sink.send(rendered.into_bytes());
     }
-    let ctx = Context {
-        sink: sink.clone(),
-        format,
-        undertaker,
-        base_env: worker_base_env(std::env::vars_os()),
-        nofile_soft,
-        systemd: SystemdNotifier::from_env(std::env::var_os("NOTIFY_SOCKET")),
-        control_path: cli
-            .socket
-            .clone()
-            .unwrap_or_else(|| dir.join(format!("{}.sock", runtime::file_key(&desired.source)))),
-        logs: LogHub::new(),
-    };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -493,15 +490,39 @@ pub fn run(cli: &Cli) -> ExitCode {
             return ExitCode::from(exit::INVALID);
         }
     };
+    let logs = LogHub::new();
+    let setup = Setup {
+        sink: sink.clone(),
+        format,
+        logs: logs.clone(),
+        undertaker,
+        base_env: worker_base_env(std::env::vars_os()),
+        nofile_soft,
+        systemd: SystemdNotifier::from_env(std::env::var_os("NOTIFY_SOCKET")),
+    };
     let result = runtime.block_on(async {
-        let supervisor = Supervisor::new(&desired, &shown, ctx)
-            .map_err(|(app, error)| format!("app {app}: {error}"))?;
-        supervisor
-            .run(watcher, initial)
-            .await
-            .map_err(|e| e.to_string())
+        // Every socket of the first version is bound before anything starts:
+        // one that cannot be refuses the start.
+        let mut sockets = SocketRegistry::default();
+        for spec in &desired.apps {
+            for key in spec.socket_keys() {
+                sockets
+                    .ensure(&key, &spec.name)
+                    .map_err(|error| format!("app {}: {error}", spec.name))?;
+            }
+        }
+        let launch = Launch {
+            desired,
+            shown,
+            setup,
+            sockets,
+            watcher,
+            initial_hash,
+            claim,
+            logs,
+        };
+        run_loop(launch).await.map_err(|e| e.to_string())
     });
-    drop(lock);
     match result {
         Ok(()) => ExitCode::from(exit::OK),
         Err(message) => {

@@ -42,9 +42,9 @@ pub fn socket_path(file: Option<&Path>, socket: Option<&Path>) -> Result<PathBuf
         return Ok(socket.to_path_buf());
     }
     let file = ecosystem_path(file).map_err(|m| fail(exit::USAGE, m))?;
-    let absolute = config::absolute_path(&file)
+    let identity = runtime::identify(&file)
         .map_err(|e| fail(exit::USAGE, format!("cannot read {}: {e}", file.display())))?;
-    Ok(runtime::runtime_dir().join(format!("{}.sock", runtime::file_key(&absolute))))
+    Ok(runtime::find_socket(&runtime::runtime_dir(), &identity))
 }
 
 /// A connection to the supervisor.

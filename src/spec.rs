@@ -60,6 +60,7 @@ impl AppSpec {
             name: name.to_string(),
             process: ProcessDefinition {
                 argv: argv.iter().map(|a| Template::literal(*a)).collect(),
+                program: None,
                 shell: false,
                 cwd: PathBuf::from("/"),
                 env: Vec::new(),
@@ -88,13 +89,43 @@ impl AppSpec {
     }
 
     /// The restart settings of this app, as a worker's decisions need them.
-    pub fn restart_rules(&self) -> crate::worker::RestartRules {
-        crate::worker::RestartRules {
+    pub fn restart_rules(&self) -> crate::core::worker::RestartRules {
+        crate::core::worker::RestartRules {
             restart: self.restart,
             backoff: self.backoff,
             max_restarts: self.max_restarts,
         }
     }
+}
+
+impl AppSpec {
+    /// The sockets the app needs now: one per address, or one per slot with
+    /// `reuseport`.
+    pub fn socket_keys(&self) -> Vec<SocketKey> {
+        let mut keys = Vec::new();
+        for listen in &self.process.listen {
+            if listen.reuseport {
+                keys.extend((0..self.instances).map(|slot| SocketKey {
+                    address: listen.address.clone(),
+                    slot: Some(slot),
+                }));
+            } else {
+                keys.push(SocketKey {
+                    address: listen.address.clone(),
+                    slot: None,
+                });
+            }
+        }
+        keys
+    }
+}
+
+/// What a listening socket is registered under: its address, and for
+/// `reuseport` the slot.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SocketKey {
+    pub address: ListenAddress,
+    pub slot: Option<u32>,
 }
 
 /// What makes a process what it is. Two equal definitions produce identical
@@ -103,6 +134,10 @@ impl AppSpec {
 pub struct ProcessDefinition {
     /// The argv to execute; with `shell: true` it is `/bin/sh -c <command>`.
     pub argv: Vec<Template>,
+    /// The program `argv[0]` names, found when the file was checked (along
+    /// the app's `PATH`, from its `cwd`). `None` when it was not found then
+    /// (or depends on the instance): the spawn looks for it itself.
+    pub program: Option<PathBuf>,
     /// Whether `command` was given to `/bin/sh -c`.
     pub shell: bool,
     pub cwd: PathBuf,
@@ -118,6 +153,8 @@ pub struct Identity {
     pub user: String,
     pub uid: u32,
     pub gid: u32,
+    /// Every group the user belongs to (`getgrouplist`), looked up at check time.
+    pub groups: Vec<u32>,
     pub home: PathBuf,
 }
 
@@ -282,17 +319,57 @@ impl fmt::Display for ListenAddress {
 /// When a new instance counts as ready.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Readiness {
-    /// Ready at spawn.
+    /// Ready as soon as the program runs (`exec` succeeded).
     Immediate,
     /// Ready on `READY=1` over `NOTIFY_SOCKET`.
     Notify,
-    /// Ready once a TCP connect to the expanded address succeeds.
-    Tcp(Template),
-    /// Ready once a GET of the expanded URL answers 2xx.
-    Http(Template),
-    /// Ready when still alive after this long.
+    /// Ready once a TCP connect or an HTTP GET (2xx) to the slot's target succeeds.
+    Probe(ProbeSpec),
+    /// Ready when still alive (and running the program) after this long.
     Delay(Duration),
 }
+
+/// What a readiness probe checks, for one slot.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Probe {
+    Tcp(SocketAddr),
+    Http { address: SocketAddr, path: String },
+}
+
+/// A probe as written (`127.0.0.1:{instance+8000}`), parsed once for every
+/// slot when the file is checked.
+#[derive(Debug, Clone)]
+pub struct ProbeSpec {
+    /// `tcp` or `http`.
+    pub kind: ProbeKind,
+    /// The target as written: what a change of `ready` compares.
+    pub written: Template,
+    /// The parsed target of each slot, `0..instances`.
+    pub targets: Vec<Probe>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ProbeKind {
+    Tcp,
+    Http,
+}
+
+impl ProbeSpec {
+    /// The target of `slot` (`None` for a slot the file did not have).
+    pub fn target(&self, slot: u32) -> Option<&Probe> {
+        self.targets.get(slot as usize)
+    }
+}
+
+/// Two probes are the same when written the same: scaling an app adds slots,
+/// it does not change its readiness.
+impl PartialEq for ProbeSpec {
+    fn eq(&self, other: &ProbeSpec) -> bool {
+        self.kind == other.kind && self.written == other.written
+    }
+}
+
+impl Eq for ProbeSpec {}
 
 /// Delays between restarts: `min(initial * factor^(n-1), max)`.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -9,11 +9,7 @@ use supervise::config::{Host, check_bytes, diagnostic::Severity};
 const BOUND: Duration = Duration::from_millis(900);
 
 fn host() -> Host {
-    Host {
-        cpus: 4,
-        uid: 1000,
-        path: Some("/usr/bin:/bin".into()),
-    }
+    Host::pinned(4, 1000, "/usr/bin:/bin")
 }
 
 /// Check `bytes`; assert it is refused in time with an error mentioning `needle`.

@@ -31,7 +31,7 @@ fn save(dir: &Path, text: &str) {
 /// Wait for the next `applied` event (version > the last one seen).
 fn wait_applied(s: &mut Supervised) -> serde_json::Value {
     s.wait_for("an apply", |e| {
-        e["event"] == "applied" && e["generation"].as_u64() > Some(1)
+        e["event"] == "applied" && e["file_version"].as_u64() > Some(1)
     })
 }
 

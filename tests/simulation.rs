@@ -1,88 +1,376 @@
-//! Reconcile at scale, with no processes: 10,000 instances over 100 apps.
+//! The deterministic simulation: the real supervisor loop over a fake
+//! process table (`supervise::simulation`), driven by seeded random schedules
+//! of crashes, exec failures, processes that ignore SIGTERM or drain slowly,
+//! children that outlive their leader, readiness news, control commands,
+//! edits of the file (valid and invalid) and shutdown at any moment. After
+//! every step the invariants are checked; at the end the system must converge
+//! to the file and shut down in time.
 //!
-//! An event marks only its own app dirty, so what one event costs is one app's
-//! reconcile; the guard pass every 10 s reconciles all of them. Both are
-//! measured here and printed (the figures are in BENCHMARKS.md); the bounds
-//! asserted are generous, for slow CI machines.
+//! CI runs [`SEEDS`] fixed seeds. More: `SIM_SEEDS=100000 cargo test --release
+//! --test simulation` (RELIABILITY.md has the figures); `SIM_FIRST=N` starts
+//! elsewhere; a failing seed prints itself and a minimal trace, and
+//! `SIM_SEED=N` replays it alone.
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Duration, Instant};
 
-use supervise::reconcile::{Action, Target, reconcile};
-use supervise::spec::{AppSpec, Readiness};
-use supervise::worker::Worker;
+use rand::rngs::Xoshiro256PlusPlus;
+use rand::{RngExt, SeedableRng};
 
-const APPS: usize = 100;
-const PER_APP: u32 = 100;
+use supervise::core::reconcile::{Step as Decide, Target, Workers, reconcile};
+use supervise::core::worker::{StartError, StartStage, Worker};
+use supervise::effects::fake::Behaviour;
+use supervise::simulation::{CommandKind, Edit, Step, Violation, World, app, probe};
+use supervise::spec::{AppSpec, MaxRestarts, Readiness, ReloadLimits, RestartPolicy};
 
-/// Every app fully started and ready.
-fn fleet() -> (Vec<AppSpec>, Vec<Vec<Worker>>) {
-    let t0 = Instant::now();
-    let mut next_id = 1;
-    let mut specs = Vec::new();
-    let mut fleets = Vec::new();
-    for a in 0..APPS {
-        let mut spec = AppSpec::with_defaults(&format!("app{a}"), &["server"], PER_APP);
-        spec.ready = Readiness::Immediate;
-        let workers = (0..PER_APP)
-            .map(|slot| {
-                let mut worker = Worker::new(next_id, slot, 1);
-                next_id += 1;
-                worker.started(10_000 + next_id as i32, t0).unwrap();
-                worker.ready(t0).unwrap();
-                worker
-            })
-            .collect();
-        specs.push(spec);
-        fleets.push(workers);
-    }
-    (specs, fleets)
+/// Seeds CI runs.
+const SEEDS: u64 = 2000;
+
+fn env_number(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
-fn target(spec: &AppSpec) -> Target<'_> {
-    Target {
-        spec,
-        generation: 1,
-        rollout_halted: false,
-        recreate: false,
+/// The apps a seed starts with.
+fn apps(rng: &mut Xoshiro256PlusPlus) -> Vec<AppSpec> {
+    let count = rng.random_range(1..=3);
+    (0..count)
+        .map(|i| {
+            let instances = rng.random_range(0..=5);
+            let ready = match rng.random_range(0..4) {
+                0 => Readiness::Immediate,
+                1 => Readiness::Delay(Duration::from_millis(rng.random_range(50..800))),
+                2 => Readiness::Notify,
+                _ => probe(instances),
+            };
+            let mut spec = app(&format!("app{i}"), instances, ready);
+            let (max_surge, max_unavailable) = match rng.random_range(0..4) {
+                0 => (1, 0),
+                1 => (0, 1),
+                2 => (2, 1),
+                _ => (rng.random_range(1..=3), rng.random_range(0..=2)),
+            };
+            spec.reload = ReloadLimits {
+                max_surge,
+                max_unavailable,
+            };
+            spec.restart = match rng.random_range(0..6) {
+                0 => RestartPolicy::OnFailure,
+                1 => RestartPolicy::Never,
+                _ => RestartPolicy::Always,
+            };
+            if rng.random_bool(0.2) {
+                spec.max_restarts = Some(MaxRestarts {
+                    count: rng.random_range(1..5),
+                    within: Duration::from_secs(5),
+                });
+            }
+            spec.kill_timeout = Duration::from_millis(rng.random_range(100..3000));
+            spec
+        })
+        .collect()
+}
+
+fn behaviour(rng: &mut Xoshiro256PlusPlus) -> Behaviour {
+    let mut behaviour = Behaviour::default();
+    match rng.random_range(0..5) {
+        0 => {
+            behaviour.exec_error = Some(StartError {
+                stage: if rng.random_bool(0.3) {
+                    StartStage::Chdir
+                } else {
+                    StartStage::Exec
+                },
+                errno: libc::ENOEXEC,
+            })
+        }
+        1 => behaviour.ignores_stop = true,
+        2 => behaviour.stop_delay = Duration::from_millis(rng.random_range(1..3000)),
+        3 => {
+            behaviour.leftovers = rng.random_range(1..3);
+            behaviour.leftover_delay = Duration::from_millis(rng.random_range(1..4000));
+        }
+        _ => {}
+    }
+    behaviour
+}
+
+/// A schedule: the starting apps and the steps.
+fn schedule(seed: u64) -> (Vec<AppSpec>, Vec<Step>) {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
+    let apps = apps(&mut rng);
+    let count = rng.random_range(10..200);
+    let mut steps = Vec::with_capacity(count);
+    for _ in 0..count {
+        let pick = rng.random_range(0..100);
+        let index = rng.random_range(0..64usize);
+        let step = match pick {
+            0..30 => Step::Wait(rng.random_range(1..2500)),
+            30..40 => Step::Crash {
+                process: index,
+                code: rng.random_range(0..4),
+            },
+            40..50 => Step::Plan(behaviour(&mut rng)),
+            50..52 => {
+                if rng.random_bool(0.5) {
+                    Step::SpawnsFail
+                } else {
+                    Step::SpawnsWork
+                }
+            }
+            52..60 => Step::Probe { process: index },
+            60..68 => Step::Notify {
+                process: index,
+                foreign: rng.random_bool(0.1),
+            },
+            68..76 => Step::Command {
+                kind: match rng.random_range(0..4) {
+                    0 => CommandKind::Reload,
+                    1 => CommandKind::Restart,
+                    2 => CommandKind::Stop,
+                    _ => CommandKind::Start,
+                },
+                app: index,
+                slot: rng.random_bool(0.5).then(|| rng.random_range(0..6)),
+            },
+            76..90 => Step::Edit(match rng.random_range(0..6) {
+                0 | 1 => Edit::Scale {
+                    app: index,
+                    instances: rng.random_range(0..=6),
+                },
+                2 => Edit::Env {
+                    app: index,
+                    value: rng.random_range(0..1000),
+                },
+                3 => Edit::KillTimeout {
+                    app: index,
+                    millis: rng.random_range(100..3000),
+                },
+                4 => Edit::Add,
+                _ => Edit::Remove { app: index },
+            }),
+            90..93 => Step::InvalidEdit,
+            93..95 => Step::Sigint,
+            95..97 => Step::Sigterm,
+            _ => Step::Wait(rng.random_range(1..50)),
+        };
+        steps.push(step);
+    }
+    (apps, steps)
+}
+
+/// Play a schedule; the first violation (or panic) and the step it came at.
+fn play(apps: &[AppSpec], steps: &[Step]) -> Result<(), (usize, Violation)> {
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let mut world = World::new(apps.to_vec());
+        let with_history = |world: &World, (at, violation): (usize, Violation)| {
+            let history = world.history();
+            let tail = &history[history.len().saturating_sub(40)..];
+            (
+                at,
+                Violation(format!("{}\n  last effects: {tail:#?}", violation.0)),
+            )
+        };
+        world.check().map_err(|v| with_history(&world, (0, v)))?;
+        let verbose = std::env::var_os("SIM_VERBOSE").is_some();
+        for (index, step) in steps.iter().enumerate() {
+            let result = world.step(step.clone());
+            if verbose {
+                println!("step {}: {step:?}", index + 1);
+                for app in world.supervisor.core().apps() {
+                    println!("  {}: {:?}", app.spec.name, world.slots(&app.spec.name));
+                }
+            }
+            result.map_err(|v| with_history(&world, (index + 1, v)))?;
+        }
+        world
+            .converges()
+            .map_err(|v| with_history(&world, (steps.len() + 1, v)))?;
+        world
+            .shuts_down()
+            .map_err(|v| with_history(&world, (steps.len() + 2, v)))
+    }));
+    match outcome {
+        Ok(result) => result,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "a panic".into());
+            Err((steps.len() + 3, Violation(format!("panic: {message}"))))
+        }
+    }
+}
+
+/// Drop steps while the schedule still fails (chunks, then one by one).
+fn shrink(apps: &[AppSpec], mut steps: Vec<Step>) -> Vec<Step> {
+    let mut budget = 3000;
+    let mut chunk = steps.len() / 2;
+    while chunk >= 1 && budget > 0 {
+        let mut start = 0;
+        let mut removed = false;
+        while start < steps.len() && budget > 0 {
+            budget -= 1;
+            let mut candidate = steps.clone();
+            let end = (start + chunk).min(candidate.len());
+            candidate.drain(start..end);
+            if play(apps, &candidate).is_err() {
+                steps = candidate;
+                removed = true;
+            } else {
+                start += chunk;
+            }
+        }
+        if !removed {
+            chunk /= 2;
+        }
+    }
+    steps
+}
+
+fn check_seed(seed: u64) {
+    let (apps, steps) = schedule(seed);
+    if let Err((at, violation)) = play(&apps, &steps) {
+        let minimal = shrink(&apps, steps.clone());
+        let (_, minimal_violation) = play(&apps, &minimal)
+            .err()
+            .unwrap_or((at, violation.clone()));
+        panic!(
+            "seed {seed} fails at step {at} of {}: {}\n\
+             replay: SIM_SEED={seed} cargo test --test simulation\n\
+             apps: {:#?}\n\
+             minimal trace ({} steps, failing with: {}):\n{:#?}",
+            steps.len(),
+            violation.0,
+            apps.iter()
+                .map(|a| (&a.name, a.instances, &a.ready, a.reload, a.restart))
+                .collect::<Vec<_>>(),
+            minimal.len(),
+            minimal_violation.0,
+            minimal
+        );
     }
 }
 
 #[test]
-fn ten_thousand_instances_reconcile_quickly_and_app_by_app() {
-    let (specs, fleets) = fleet();
-    let now = Instant::now();
-    assert_eq!(fleets.iter().map(Vec::len).sum::<usize>(), 10_000);
-
-    // A steady state needs nothing.
-    for (spec, workers) in specs.iter().zip(&fleets) {
-        assert!(reconcile(target(spec), workers, now).actions.is_empty());
+fn seeded_schedules_keep_every_invariant() {
+    if let Some(seed) = env_number("SIM_SEED") {
+        check_seed(seed);
+        println!("seed {seed}: ok");
+        return;
     }
+    let first = env_number("SIM_FIRST").unwrap_or(1);
+    let seeds = env_number("SIM_SEEDS").unwrap_or(SEEDS);
+    let started = Instant::now();
+    for seed in first..first + seeds {
+        check_seed(seed);
+    }
+    println!(
+        "{seeds} seeds from {first}: every invariant held ({:.1?})",
+        started.elapsed()
+    );
+}
 
-    // One event (a crash in app 42) concerns only app 42: reconciling it alone
-    // yields the restart; no other app's input changed, so none is looked at.
-    let mut crashed = fleets[42].clone();
-    let rules = specs[42].restart_rules();
-    crashed[7]
-        .exited(supervise::worker::Exit::Code(1), now, &rules)
+#[test]
+fn an_app_of_a_thousand_instances_rolls_out_within_its_bounds() {
+    let mut spec = app("big", 1000, Readiness::Delay(Duration::from_millis(100)));
+    spec.reload = ReloadLimits {
+        max_surge: 50,
+        max_unavailable: 10,
+    };
+    let started = Instant::now();
+    let mut world = World::new(vec![spec]);
+    world
+        .step(Step::Wait(100))
+        .unwrap_or_else(|v| panic!("{}", v.0));
+    let ready = |world: &World, generation: u64| {
+        world
+            .slots("big")
+            .iter()
+            .filter(|s| s.1 == generation && s.2 == "ready")
+            .count()
+    };
+    assert_eq!(ready(&world, 1), 1000);
+    let up = started.elapsed();
+    world
+        .step(Step::Edit(Edit::Env { app: 0, value: 2 }))
+        .unwrap_or_else(|v| panic!("{}", v.0));
+    for _ in 0..2000 {
+        if ready(&world, 2) == 1000 && world.slots("big").len() == 1000 {
+            break;
+        }
+        world
+            .step(Step::Wait(50))
+            .unwrap_or_else(|v| panic!("{}", v.0));
+    }
+    assert_eq!(ready(&world, 2), 1000);
+    world.shuts_down().unwrap_or_else(|v| panic!("{}", v.0));
+    println!(
+        "1,000 instances in the simulation: started and ready in {up:.1?}, rolled out and shut down in {:.1?} (wall time)",
+        started.elapsed() - up
+    );
+}
+
+#[test]
+fn ten_thousand_instances_reconcile_quickly_and_app_by_app() {
+    const APPS: usize = 100;
+    const PER_APP: u32 = 100;
+    let t0 = Instant::now();
+    let mut next_id = 1;
+    let fleet: Vec<(AppSpec, Workers)> = (0..APPS)
+        .map(|a| {
+            let mut spec = AppSpec::with_defaults(&format!("app{a}"), &["server"], PER_APP);
+            spec.ready = Readiness::Immediate;
+            let workers = (0..PER_APP)
+                .map(|slot| {
+                    let mut worker = Worker::new(next_id, slot, 1);
+                    worker.begin_start().unwrap();
+                    worker.spawned(10_000 + next_id as i32, t0).unwrap();
+                    worker.exec_succeeded().unwrap();
+                    worker.ready(t0).unwrap();
+                    next_id += 1;
+                    (worker.id, worker)
+                })
+                .collect();
+            (spec, workers)
+        })
+        .collect();
+    let target = |spec| Target {
+        spec,
+        generation: 1,
+        rollout_halted: false,
+        recreate: false,
+        winding_down: false,
+    };
+    for (spec, workers) in &fleet {
+        assert!(reconcile(target(spec), workers, t0).steps.is_empty());
+    }
+    // A crash in app 42 concerns only app 42: reconciling it alone yields the restart.
+    let mut crashed = fleet[42].1.clone();
+    let rules = fleet[42].0.restart_rules();
+    let id = *crashed.keys().nth(7).unwrap();
+    crashed
+        .get_mut(&id)
+        .unwrap()
+        .exited(supervise::core::worker::Exit::Code(1), None, t0, &rules)
         .unwrap();
-    let later = now + Duration::from_secs(1);
-    let plan = reconcile(target(&specs[42]), &crashed, later);
-    assert_eq!(plan.actions, [Action::Start { id: crashed[7].id }]);
+    let later = t0 + Duration::from_secs(1);
+    let plan = reconcile(target(&fleet[42].0), &crashed, later);
+    assert_eq!(plan.steps, [Decide::Start { id }]);
 
     let rounds = 50;
     let start = Instant::now();
     for _ in 0..rounds {
         std::hint::black_box(reconcile(
-            target(&specs[42]),
+            target(&fleet[42].0),
             std::hint::black_box(&crashed),
             later,
         ));
     }
     let one_app = start.elapsed() / rounds;
-
     let start = Instant::now();
     for _ in 0..rounds {
-        for (spec, workers) in specs.iter().zip(&fleets) {
+        for (spec, workers) in &fleet {
             std::hint::black_box(reconcile(
                 target(spec),
                 std::hint::black_box(workers),
@@ -93,10 +381,6 @@ fn ten_thousand_instances_reconcile_quickly_and_app_by_app() {
     let full_pass = start.elapsed() / rounds;
     println!(
         "reconcile, 100 apps x 100 instances: one app (one event) {one_app:?}; the full pass over 10,000 instances {full_pass:?}"
-    );
-    assert!(
-        full_pass < Duration::from_millis(500),
-        "full pass {full_pass:?}"
     );
     assert!(
         one_app * 10 < full_pass,

@@ -21,8 +21,8 @@ pub mod validate;
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 
+pub use crate::host::Host;
 use diagnostic::{Diagnostic, Location, Reporter};
-pub use validate::Host;
 
 use crate::spec::Desired;
 
@@ -58,19 +58,22 @@ pub struct Unreadable {
     pub reason: String,
 }
 
-/// The absolute path of the ecosystem file: its folder canonicalized, its own
-/// name kept (so a symlinked file keeps its name and identity).
+/// The absolute path of the ecosystem file, as the user spelled it (no
+/// symlink resolved): watching it follows every symlink on the way, so a
+/// swapped directory link (`current -> releases/2`) is seen as an edit.
 pub fn absolute_path(path: &Path) -> std::io::Result<PathBuf> {
     let joined = if path.is_absolute() {
         path.to_path_buf()
     } else {
         std::env::current_dir()?.join(path)
     };
-    let name = joined
-        .file_name()
-        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"))?;
-    let folder = joined.parent().unwrap_or(Path::new("/")).canonicalize()?;
-    Ok(folder.join(name))
+    if joined.file_name().is_none() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a file name",
+        ));
+    }
+    Ok(joined.components().collect())
 }
 
 /// Read, check and resolve the ecosystem file at `path`.
@@ -87,11 +90,26 @@ pub fn read_file(path: &Path) -> Result<(PathBuf, Vec<u8>), Unreadable> {
         path: path.display().to_string(),
         reason,
     };
+    use std::os::unix::fs::OpenOptionsExt;
     let source = absolute_path(path).map_err(|e| unreadable(e.to_string()))?;
-    let file = std::fs::File::open(&source).map_err(|e| unreadable(e.to_string()))?;
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(&source)
+        .map_err(|e| unreadable(e.to_string()))?;
     let metadata = file.metadata().map_err(|e| unreadable(e.to_string()))?;
     if !metadata.is_file() {
-        return Err(unreadable("not a regular file".to_string()));
+        let what = match metadata.file_type() {
+            t if t.is_dir() => "a directory",
+            t if std::os::unix::fs::FileTypeExt::is_fifo(&t) => "a FIFO",
+            t if std::os::unix::fs::FileTypeExt::is_socket(&t) => "a socket",
+            _ => "a device",
+        };
+        return Err(unreadable(format!(
+            "it is {what}, not a regular file; an ecosystem file must be a regular file (at most {} bytes)",
+            node::MAX_FILE_BYTES
+        )));
     }
     let mut bytes = Vec::new();
     file.take(node::MAX_FILE_BYTES as u64 + 1)
@@ -280,11 +298,7 @@ mod tests {
     use crate::spec::{ListenAddress, Readiness, RestartPolicy, defaults};
 
     fn host() -> Host {
-        Host {
-            cpus: 3,
-            uid: 1000,
-            path: Some("/usr/bin:/bin".into()),
-        }
+        Host::pinned(3, 1000, "/usr/bin:/bin")
     }
 
     fn resolve(folder: &Path, text: &str) -> Desired {

@@ -1,8 +1,15 @@
 //! The effectful shell around the pure core: processes, signals, sockets,
-//! files and output. Each piece is thin and behind a small interface; the
-//! decisions are made in [`crate::reconcile`] and [`crate::worker`].
+//! files and output.
+//!
+//! What the supervisor loop does to the world goes through one narrow
+//! interface, [`Effects`]: spawn, signal a process group, reap, the clock,
+//! bind. [`system::System`] is the real one (fork+exec, `killpg`, `waitpid`,
+//! the socket registry, output pumps, probes, the undertaker);
+//! [`fake::FakeEffects`] is a deterministic process table for the simulation,
+//! which drives the real [`crate::supervisor::Supervisor`] through it.
 
 pub mod control;
+pub mod fake;
 pub mod logging;
 pub mod notify;
 pub mod output;
@@ -11,6 +18,84 @@ pub mod procfs;
 pub mod runtime;
 pub mod sockets;
 pub mod spawn;
+pub mod system;
 pub mod systemd;
 pub mod undertaker;
 pub mod watch;
+
+use std::collections::{HashMap, HashSet};
+use std::os::fd::RawFd;
+use std::time::Instant;
+
+use nix::sys::signal::Signal;
+
+use crate::core::SpawnOrder;
+use crate::core::worker::{Exit, StartError};
+use crate::spec::{ListenAddress, SocketKey};
+pub use procfs::GroupUsage;
+pub use sockets::BindError;
+
+/// A reaped child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reaped {
+    pub pid: i32,
+    pub exit: Exit,
+    /// Set when the process never ran the program (the status pipe said why).
+    pub start_error: Option<StartError>,
+}
+
+/// A spawn that created no process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpawnFailure {
+    pub error: StartError,
+    /// What went wrong, in words (which program, which limit).
+    pub detail: String,
+}
+
+/// Everything the supervisor loop does to the world.
+pub trait Effects {
+    /// The monotonic clock.
+    fn now(&self) -> Instant;
+
+    /// Start the process of a worker (and its output capture and readiness
+    /// probe) with these bound listening sockets: the pid, or why not.
+    fn spawn(
+        &mut self,
+        order: &SpawnOrder,
+        sockets: &[(RawFd, ListenAddress)],
+    ) -> Result<i32, SpawnFailure>;
+
+    /// Send `signal` to process group `pgid` (an empty group is fine).
+    fn signal_group(&mut self, pgid: i32, signal: Signal);
+
+    /// The next exited child, without blocking; `None` when there is none.
+    fn reap(&mut self) -> Option<Reaped>;
+
+    /// Whether process group `pgid` still has a member.
+    fn group_alive(&mut self, pgid: i32) -> bool;
+
+    /// SIGKILL what is left of group `pgid` (its leader is gone); how many were left.
+    fn kill_leftovers(&mut self, pgid: i32) -> usize;
+
+    /// The group is gone for good: stop tracking it (the undertaker too).
+    fn forget_group(&mut self, pgid: i32);
+
+    /// `exec` in process `pid` succeeded (`None`) or failed: recorded, so that
+    /// its exit, if it comes first, is reaped with the cause.
+    fn exec_known(&mut self, pid: i32, error: Option<StartError>);
+
+    /// Stop the readiness probe of process `pid`, if one runs.
+    fn cancel_probe(&mut self, pid: i32);
+
+    /// The socket for `key` (bound now for `app` if new), and where it is bound.
+    fn bind(&mut self, key: &SocketKey, app: &str) -> Result<(RawFd, ListenAddress), BindError>;
+
+    /// Close every socket not in `wanted`; the keys closed.
+    fn retain_sockets(&mut self, wanted: &HashSet<SocketKey>) -> Vec<SocketKey>;
+
+    /// Tell systemd, when it supervises us.
+    fn notify_systemd(&mut self, state: &str);
+
+    /// Memory and CPU time per process group (for `status`).
+    fn usage(&mut self) -> HashMap<i32, GroupUsage>;
+}

@@ -11,6 +11,8 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+pub use crate::spec::Probe;
+
 /// How often a probe tries.
 pub const PROBE_INTERVAL: Duration = Duration::from_millis(100);
 /// How long one attempt may take.
@@ -18,36 +20,27 @@ pub const PROBE_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(1);
 /// How much of the answer is read to find the status code.
 const MAX_STATUS_LINE: usize = 1024;
 
-/// What a probe checks.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Probe {
-    Tcp(SocketAddr),
-    Http { address: SocketAddr, path: String },
+/// One attempt: does it answer as ready?
+pub async fn attempt(probe: &Probe) -> bool {
+    let work = async {
+        match probe {
+            Probe::Tcp(address) => TcpStream::connect(address).await.is_ok(),
+            Probe::Http { address, path } => http_ok(address, path).await.unwrap_or(false),
+        }
+    };
+    tokio::time::timeout(PROBE_ATTEMPT_TIMEOUT, work)
+        .await
+        .unwrap_or(false)
 }
 
-impl Probe {
-    /// One attempt: does it answer as ready?
-    pub async fn attempt(&self) -> bool {
-        let work = async {
-            match self {
-                Probe::Tcp(address) => TcpStream::connect(address).await.is_ok(),
-                Probe::Http { address, path } => http_ok(address, path).await.unwrap_or(false),
-            }
-        };
-        tokio::time::timeout(PROBE_ATTEMPT_TIMEOUT, work)
-            .await
-            .unwrap_or(false)
-    }
-
-    /// Try every [`PROBE_INTERVAL`] until an attempt succeeds.
-    pub async fn until_ready(self) {
-        let mut interval = tokio::time::interval(PROBE_INTERVAL);
-        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            interval.tick().await;
-            if self.attempt().await {
-                return;
-            }
+/// Try every [`PROBE_INTERVAL`] until an attempt succeeds.
+pub async fn until_ready(probe: &Probe) {
+    let mut interval = tokio::time::interval(PROBE_INTERVAL);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        if attempt(probe).await {
+            return;
         }
     }
 }
@@ -102,10 +95,10 @@ mod tests {
             .unwrap()
             .local_addr()
             .unwrap();
-        assert!(!Probe::Tcp(closed).attempt().await);
+        assert!(!attempt(&Probe::Tcp(closed)).await);
 
         let open = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        assert!(Probe::Tcp(open.local_addr().unwrap()).attempt().await);
+        assert!(attempt(&Probe::Tcp(open.local_addr().unwrap())).await);
 
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
@@ -123,7 +116,7 @@ mod tests {
             address,
             path: "/health".into(),
         };
-        assert!(!probe.attempt().await, "503 is not ready");
-        assert!(probe.attempt().await, "200 is ready");
+        assert!(!attempt(&probe).await, "503 is not ready");
+        assert!(attempt(&probe).await, "200 is ready");
     }
 }

@@ -22,16 +22,10 @@ use std::path::Path;
 use socket2::{Domain, SockAddr, Socket, Type};
 
 use crate::spec::ListenAddress;
+pub use crate::spec::SocketKey;
 
 /// The listen backlog. The kernel caps it at `net.core.somaxconn`.
 pub const LISTEN_BACKLOG: i32 = 1024;
-
-/// What a socket is registered under: its address, and for `reuseport` the slot.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct SocketKey {
-    pub address: ListenAddress,
-    pub slot: Option<u32>,
-}
 
 #[derive(Debug)]
 struct Bound {

@@ -1,24 +1,37 @@
-//! Watching the ecosystem file, however it is saved.
+//! Watching, reading and checking the ecosystem file, however it is saved —
+//! on a thread of its own, so that nothing about the file (a slow disk, a
+//! FIFO put in its place, a slow user lookup while checking it) can stall the
+//! loop that reaps children.
 //!
 //! Editors and tools save in many ways: write in place, truncate and write,
 //! write a temp file and rename it over (vim, `sed -i`, most IDEs), `cp` over,
-//! delete and recreate, or — Kubernetes ConfigMaps — swap a symlink
-//! (`..data → ..2026_11_30…`). Watching the file itself misses most of these, so
-//! we watch the *directory* of every hop of its symlink chain (re-resolved after
-//! each change) and treat any event there as "maybe changed": debounce, read,
-//! and compare a content hash. Only a real change is reported, once per burst.
-//! A stat poll every [`POLL_INTERVAL`] is the backstop for filesystems without
-//! inotify.
+//! delete and recreate, or — Kubernetes ConfigMaps, release directories —
+//! swap a symlink (`..data → ..2026_11_30…`, `current → releases/2`). Watching
+//! the file itself misses most of these, so we watch the *directory* of every
+//! symlink met on the way to the file, and the file's own directory
+//! (re-resolved after each change), and treat any event there as "maybe
+//! changed": debounce, read, and compare a content hash. Only a real change is
+//! checked and reported, once per burst; SIGHUP re-reads even an unchanged
+//! file (its `env_file`s may have changed). A stat poll every
+//! [`POLL_INTERVAL`] is the backstop for filesystems without inotify.
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
 use std::time::{Duration, Instant};
 
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
+
+use super::runtime::{self, FileIdentity};
+use crate::config::{self, diagnostic};
+use crate::host::Host;
+use crate::spec::Desired;
 
 /// Quiet time that ends a burst of events.
 pub const DEBOUNCE_QUIET: Duration = Duration::from_millis(30);
@@ -28,10 +41,36 @@ pub const DEBOUNCE_MAX: Duration = Duration::from_millis(100);
 pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
 /// Symlink hops followed before giving up (as the kernel's ELOOP).
 const MAX_HOPS: usize = 40;
+/// Wake-ups waiting for the loader; one pending is enough (they coalesce).
+const WAKE_QUEUE: usize = 1;
 
 /// The content hash of a file.
 pub fn content_hash(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
+}
+
+/// A version of the file, read and checked, for the supervisor loop.
+#[derive(Debug)]
+pub struct Loaded {
+    /// Why it was read: "the file changed", "SIGHUP".
+    pub trigger: String,
+    pub load: Load,
+    /// What the file is now (for the runtime directory's aliases).
+    pub identity: Option<FileIdentity>,
+}
+
+/// What reading and checking found.
+#[derive(Debug)]
+pub enum Load {
+    /// Valid; `diagnostics` holds its warnings, rendered (may be empty).
+    Valid {
+        desired: Desired,
+        diagnostics: String,
+    },
+    /// Invalid: the diagnostics rendered as `check` prints them.
+    Invalid { rendered: String, summary: String },
+    /// It could not be read (permission denied, a FIFO, gone).
+    Unreadable { message: String },
 }
 
 /// The watching half, created (and watching) before the file's first read.
@@ -39,15 +78,31 @@ pub struct FileWatcher {
     path: PathBuf,
     watcher: Option<RecommendedWatcher>,
     watched: BTreeSet<PathBuf>,
-    /// One pending "something happened" is enough: capacity 1, coalescing.
-    events: mpsc::Receiver<()>,
+    wake: SyncSender<()>,
+    woken: Receiver<()>,
+}
+
+/// Asks a running loader to read the file again.
+#[derive(Clone)]
+pub struct Rereader {
+    requested: Arc<AtomicBool>,
+    wake: SyncSender<()>,
+}
+
+impl Rereader {
+    /// Read and check the file even if unchanged (SIGHUP). Never blocks.
+    pub fn reread(&self) {
+        self.requested.store(true, Ordering::SeqCst);
+        let _ = self.wake.try_send(());
+    }
 }
 
 impl FileWatcher {
     /// Start watching the directories of `path`'s symlink chain. Without
     /// inotify (or out of watches) it still works, through the poll.
     pub fn new(path: &Path) -> FileWatcher {
-        let (notify, events) = mpsc::channel(1);
+        let (wake, woken) = sync_channel(WAKE_QUEUE);
+        let notify = wake.clone();
         let watcher = notify::recommended_watcher(move |result: notify::Result<notify::Event>| {
             // Opening and reading a file is an event too — including our own
             // read of the ecosystem file, which would otherwise trigger the
@@ -72,20 +127,25 @@ impl FileWatcher {
             path: path.to_path_buf(),
             watcher,
             watched: BTreeSet::new(),
-            events,
+            wake,
+            woken,
         };
         file_watcher.rewatch();
         file_watcher
     }
 
-    /// Watch exactly the directories of the current symlink chain.
+    /// Watch exactly the directories of the current symlink chain. A
+    /// directory that disappeared (a swapped-out release) is simply dropped:
+    /// its watch went with it.
     fn rewatch(&mut self) {
         let wanted: BTreeSet<PathBuf> = watch_dirs(&self.path);
         let Some(watcher) = self.watcher.as_mut() else {
             return;
         };
         for gone in self.watched.difference(&wanted) {
-            let _ = watcher.unwatch(gone);
+            if gone.is_dir() {
+                let _ = watcher.unwatch(gone);
+            }
         }
         for dir in wanted.difference(&self.watched) {
             if let Err(error) = watcher.watch(dir, RecursiveMode::NonRecursive) {
@@ -95,122 +155,177 @@ impl FileWatcher {
         self.watched = wanted;
     }
 
-    /// Run until `changes` closes: send the file's bytes whenever its content
-    /// differs from the last content seen (starting from `initial`).
-    pub async fn run(mut self, initial: [u8; 32], changes: mpsc::Sender<Vec<u8>>) {
+    /// Run the loader thread: read and check the file whenever its content
+    /// differs from the last seen (starting from `initial`) or a reread is
+    /// asked for, and send the result to `loaded` until that closes.
+    pub fn spawn(
+        self,
+        initial: [u8; 32],
+        loaded: mpsc::Sender<Loaded>,
+    ) -> std::io::Result<Rereader> {
+        let rereader = Rereader {
+            requested: Arc::new(AtomicBool::new(false)),
+            wake: self.wake.clone(),
+        };
+        let requested = rereader.requested.clone();
+        std::thread::Builder::new()
+            .name("supervise-config".into())
+            .spawn(move || self.run(initial, &requested, &loaded))?;
+        Ok(rereader)
+    }
+
+    fn run(mut self, initial: [u8; 32], requested: &AtomicBool, loaded: &mpsc::Sender<Loaded>) {
         let mut last_hash = initial;
         let mut last_stat = stat_chain(&self.path);
-        let mut poll = tokio::time::interval(POLL_INTERVAL);
-        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_problem: Option<String> = None;
         loop {
-            tokio::select! {
-                event = self.events.recv() => {
-                    if event.is_none() {
-                        return;
-                    }
-                }
-                _ = poll.tick() => {
-                    let stat = stat_chain(&self.path);
-                    if stat == last_stat {
+            match self.woken.recv_timeout(POLL_INTERVAL) {
+                Ok(()) => {}
+                Err(RecvTimeoutError::Timeout) => {
+                    if stat_chain(&self.path) == last_stat {
                         continue;
                     }
                 }
+                Err(RecvTimeoutError::Disconnected) => return,
             }
-            self.debounce().await;
+            self.debounce();
             self.rewatch();
             last_stat = stat_chain(&self.path);
-            // Missing (deleted, to be recreated): the recreation is another event.
-            let Ok(bytes) = std::fs::read(&self.path) else {
-                continue;
+            let reread = requested.swap(false, Ordering::SeqCst);
+            let trigger = if reread { "SIGHUP" } else { "the file changed" };
+            let (source, bytes) = match config::read_file(&self.path) {
+                Ok(read) => read,
+                Err(unreadable) => {
+                    let message = unreadable.to_string();
+                    if last_problem.as_deref() == Some(&message) && !reread {
+                        continue;
+                    }
+                    last_problem = Some(message.clone());
+                    let load = Load::Unreadable { message };
+                    if send(loaded, trigger, load, None).is_err() {
+                        return;
+                    }
+                    continue;
+                }
             };
             let hash = content_hash(&bytes);
-            if hash == last_hash {
+            if hash == last_hash && !reread && last_problem.is_none() {
                 continue;
             }
             last_hash = hash;
-            if changes.send(bytes).await.is_err() {
+            let shown = self.path.display().to_string();
+            let checked = config::check_bytes(&bytes, &source, &Host::detect());
+            let rendered = diagnostic::render(&shown, &checked.text, &checked.diagnostics);
+            let load = match checked.desired {
+                Some(desired) => Load::Valid {
+                    desired,
+                    diagnostics: rendered,
+                },
+                None => Load::Invalid {
+                    summary: diagnostic::summary_line(&checked.diagnostics),
+                    rendered,
+                },
+            };
+            last_problem = None;
+            let identity = runtime::identify(&self.path).ok();
+            if send(loaded, trigger, load, identity).is_err() {
                 return;
             }
         }
     }
 
     /// Wait until events stop for [`DEBOUNCE_QUIET`], at most [`DEBOUNCE_MAX`].
-    async fn debounce(&mut self) {
+    fn debounce(&self) {
         let deadline = Instant::now() + DEBOUNCE_MAX;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return;
             }
-            match tokio::time::timeout(left.min(DEBOUNCE_QUIET), self.events.recv()).await {
-                Ok(Some(())) => continue,
-                Ok(None) | Err(_) => return,
+            match self.woken.recv_timeout(left.min(DEBOUNCE_QUIET)) {
+                Ok(()) => continue,
+                Err(_) => return,
             }
         }
     }
 }
 
-/// The directory of every hop from `path` to the real file: the path itself,
-/// each symlink target in turn, and the fully resolved file (which covers
-/// symlinked directories on the way, like Kubernetes' `..data`).
+fn send(
+    loaded: &mpsc::Sender<Loaded>,
+    trigger: &str,
+    load: Load,
+    identity: Option<FileIdentity>,
+) -> Result<(), ()> {
+    loaded
+        .blocking_send(Loaded {
+            trigger: trigger.to_string(),
+            load,
+            identity,
+        })
+        .map_err(|_| ())
+}
+
+/// The directories to watch for `path`: the one holding each symlink met on
+/// the way to the file (a swap of that link is a rename there), and the
+/// file's own, resolved, directory.
 pub fn watch_dirs(path: &Path) -> BTreeSet<PathBuf> {
     let mut dirs = BTreeSet::new();
-    let mut current = path.to_path_buf();
-    for _ in 0..MAX_HOPS {
-        if let Some(parent) = current.parent() {
-            dirs.insert(parent.to_path_buf());
-        }
-        match std::fs::read_link(&current) {
-            Ok(target) => {
-                current = match current.parent() {
-                    Some(parent) => parent.join(target),
-                    None => target,
-                };
-            }
-            Err(_) => break,
-        }
-    }
-    if let Some(parent) = std::fs::canonicalize(path)
-        .ok()
-        .as_deref()
-        .and_then(Path::parent)
-    {
+    let mut hops = 0;
+    let resolved = resolve(path, &mut dirs, &mut hops);
+    if let Some(parent) = resolved.parent() {
         dirs.insert(parent.to_path_buf());
     }
     dirs
 }
 
-/// What the poll compares: identity, size and times of the resolved file, and
-/// where each link points.
+/// Resolve `path` component by component like the kernel does, recording
+/// the directory of every symlink met; gives up (returning what it has) after
+/// [`MAX_HOPS`] links.
+fn resolve(path: &Path, dirs: &mut BTreeSet<PathBuf>, hops: &mut usize) -> PathBuf {
+    let mut current = PathBuf::from("/");
+    for component in path.components() {
+        match component {
+            Component::RootDir | Component::Prefix(_) | Component::CurDir => {}
+            Component::ParentDir => {
+                current.pop();
+            }
+            Component::Normal(name) => {
+                let next = current.join(name);
+                match std::fs::read_link(&next) {
+                    Ok(target) if *hops < MAX_HOPS => {
+                        *hops += 1;
+                        dirs.insert(current.clone());
+                        let target = current.join(target);
+                        current = resolve(&target, dirs, hops);
+                    }
+                    _ => current = next,
+                }
+            }
+        }
+    }
+    current
+}
+
+/// What the poll compares: identity, size and times of every hop and of the
+/// resolved file.
 fn stat_chain(path: &Path) -> Vec<(u64, u64, i64, i64, u64)> {
-    let mut stats = Vec::new();
-    let mut current = path.to_path_buf();
-    for _ in 0..MAX_HOPS {
-        match std::fs::symlink_metadata(&current) {
-            Ok(m) => stats.push((
+    let mut dirs = BTreeSet::new();
+    let mut hops = 0;
+    resolve(path, &mut dirs, &mut hops);
+    dirs.iter()
+        .map(PathBuf::as_path)
+        .chain(std::iter::once(path))
+        .filter_map(|p| std::fs::metadata(p).ok())
+        .map(|m| {
+            (
                 m.dev(),
                 m.ino(),
                 m.mtime_nsec() + m.mtime() * 1_000_000_000,
                 m.ctime(),
                 m.size(),
-            )),
-            Err(_) => break,
-        }
-        match std::fs::read_link(&current) {
-            Ok(target) => current = current.parent().map_or(target.clone(), |p| p.join(&target)),
-            Err(_) => break,
-        }
-    }
-    if let Ok(m) = std::fs::metadata(path) {
-        stats.push((
-            m.dev(),
-            m.ino(),
-            m.mtime_nsec() + m.mtime() * 1_000_000_000,
-            m.ctime(),
-            m.size(),
-        ));
-    }
-    stats
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -232,11 +347,34 @@ mod tests {
     }
 
     #[test]
+    fn a_symlinked_directory_on_the_way_is_watched_where_it_can_be_swapped() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("releases/1")).unwrap();
+        std::fs::write(root.join("releases/1/ecosystem.yaml"), "apps: {}\n").unwrap();
+        std::os::unix::fs::symlink("releases/1", root.join("current")).unwrap();
+        let dirs = watch_dirs(&root.join("current/ecosystem.yaml"));
+        assert!(dirs.contains(&root), "the link's directory: {dirs:?}");
+        assert!(dirs.contains(&root.join("releases/1")), "{dirs:?}");
+        assert!(!dirs.contains(&root.join("current")), "{dirs:?}");
+    }
+
+    #[test]
     fn a_plain_file_is_watched_through_its_directory() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("ecosystem.yaml");
         std::fs::write(&file, "apps: {}\n").unwrap();
         let dirs = watch_dirs(&file);
-        assert!(dirs.contains(dir.path()));
+        assert!(dirs.contains(&dir.path().canonicalize().unwrap()));
+    }
+
+    #[test]
+    fn a_symlink_loop_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::os::unix::fs::symlink("b", root.join("a")).unwrap();
+        std::os::unix::fs::symlink("a", root.join("b")).unwrap();
+        let dirs = watch_dirs(&root.join("a/ecosystem.yaml"));
+        assert!(dirs.contains(&root));
     }
 }

@@ -4,7 +4,11 @@
 //! lines with `ok`. Decoding is pure and total: any byte string gives either a
 //! request or an error to send back — never a panic (it is fuzzed).
 
+mod status;
+
 use serde::{Deserialize, Serialize};
+
+pub use status::{AppStatus, Rollout, StatusReply, WorkerStatus};
 
 /// The protocol version this supervisor speaks.
 pub const PROTOCOL_VERSION: u32 = 1;

@@ -9,20 +9,25 @@
 //!
 //! Signals are blocked around the fork so no handler runs in the child before
 //! it has reset every disposition to the default (Rust leaves SIGPIPE ignored,
-//! and exec keeps ignored signals ignored). An exec failure's errno comes back
-//! through an O_CLOEXEC pipe: on success the pipe just closes.
+//! and exec keeps ignored signals ignored). A failed step's stage and errno
+//! come back through an O_CLOEXEC pipe: on success the pipe just closes. The
+//! post-fork code is [`child`], on its own.
 //!
 //! The fork must happen on a thread that lives as long as the supervisor:
 //! `PR_SET_PDEATHSIG` fires when the *thread* that forked exits, not the process.
 
+mod child;
+
 use std::ffi::{CString, OsStr, OsString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
 
 use indexmap::IndexMap;
 
+use crate::core::worker::{StartError, StartStage};
 use crate::spec::{Identity, ListenAddress, ProcessDefinition, Readiness};
+pub use child::MAX_LISTEN_FDS;
+use child::{ChildPlan, LISTEN_PID_BUFFER, LISTEN_PID_PREFIX, STATUS_BYTES};
 
 /// What the worker gets besides its definition.
 #[derive(Debug)]
@@ -50,21 +55,33 @@ pub struct Spawned {
     pub pid: i32,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
-    /// Non-blocking. Holds 4 bytes (an errno) if exec failed; EOF once exec succeeded.
+    /// Non-blocking. Holds the stage and errno if a step before exec
+    /// failed; EOF once exec succeeded ([`read_status`]).
     pub exec_status: OwnedFd,
 }
 
-/// Why a process could not be started; `errno` is what the log and the worker's
-/// state record.
+/// Why no process could be started; the stage and errno are what the log and
+/// the worker's state record.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{context}: {}", nix::errno::Errno::from_raw(*errno).desc())]
 pub struct SpawnError {
+    pub stage: StartStage,
     pub errno: i32,
     pub context: String,
 }
 
+impl SpawnError {
+    pub fn start_error(&self) -> StartError {
+        StartError {
+            stage: self.stage,
+            errno: self.errno,
+        }
+    }
+}
+
 fn error(errno: i32, context: impl Into<String>) -> SpawnError {
     SpawnError {
+        stage: StartStage::Prepare,
         errno,
         context: context.into(),
     }
@@ -122,34 +139,6 @@ pub fn worker_env(request: &SpawnRequest) -> IndexMap<OsString, OsString> {
     env
 }
 
-/// Find the program the way `execvp` would, but before the fork: relative to
-/// `cwd` when it contains a `/`, else along the worker's `PATH`.
-pub fn resolve_program(
-    program: &str,
-    cwd: &Path,
-    path: Option<&OsStr>,
-) -> Result<PathBuf, SpawnError> {
-    use nix::unistd::{AccessFlags, access};
-    if program.contains('/') {
-        let candidate = cwd.join(program);
-        return access(&candidate, AccessFlags::X_OK)
-            .map(|()| candidate)
-            .map_err(|errno| error(errno as i32, format!("cannot execute {program}")));
-    }
-    let mut denied = false;
-    for dir in std::env::split_paths(path.unwrap_or(OsStr::new("/usr/local/bin:/usr/bin:/bin"))) {
-        let candidate = cwd.join(dir).join(program);
-        if candidate.is_file() {
-            if access(&candidate, AccessFlags::X_OK).is_ok() {
-                return Ok(candidate);
-            }
-            denied = true;
-        }
-    }
-    let errno = if denied { libc::EACCES } else { libc::ENOENT };
-    Err(error(errno, format!("cannot find {program} on PATH")))
-}
-
 fn cstring(bytes: &[u8], what: &str) -> Result<CString, SpawnError> {
     CString::new(bytes).map_err(|_| error(libc::EINVAL, format!("{what} contains a NUL byte")))
 }
@@ -185,10 +174,6 @@ struct Prepared {
     identity: Option<(libc::uid_t, libc::gid_t)>,
 }
 
-const LISTEN_PID_PREFIX: &[u8] = b"LISTEN_PID=";
-/// The prefix, up to 20 digits (u64::MAX), and the terminating NUL.
-const LISTEN_PID_BUFFER: usize = LISTEN_PID_PREFIX.len() + 21;
-
 fn prepare(request: &SpawnRequest) -> Result<Prepared, SpawnError> {
     if request.listen_fds.len() > MAX_LISTEN_FDS {
         return Err(error(
@@ -206,11 +191,17 @@ fn prepare(request: &SpawnRequest) -> Result<Prepared, SpawnError> {
     let program_name = argv
         .first()
         .ok_or_else(|| error(libc::EINVAL, "empty command"))?;
-    let program = resolve_program(
-        program_name,
-        &request.process.cwd,
-        env.get(OsStr::new("PATH")).map(OsString::as_os_str),
-    )?;
+    // Found when the file was checked (off this thread); looked up here only
+    // when it was not there then.
+    let program = match &request.process.program {
+        Some(program) => program.clone(),
+        None => crate::host::find_program(
+            program_name,
+            &request.process.cwd,
+            env.get(OsStr::new("PATH")).map(OsString::as_os_str),
+        )
+        .map_err(|e| error(e.errno, e.message))?,
+    };
     let argv: Vec<CString> = argv
         .iter()
         .map(|a| cstring(a.as_bytes(), "an argument"))
@@ -236,17 +227,9 @@ fn prepare(request: &SpawnRequest) -> Result<Prepared, SpawnError> {
     argv_ptrs.push(std::ptr::null());
 
     let (groups, identity) = match &request.process.identity {
-        Some(Identity { user, uid, gid, .. }) => {
-            let name = cstring(user.as_bytes(), "the user name")?;
-            let groups = nix::unistd::getgrouplist(&name, nix::unistd::Gid::from_raw(*gid))
-                .map_err(|errno| {
-                    error(errno as i32, format!("cannot list the groups of {user}"))
-                })?;
-            (
-                groups.into_iter().map(|g| g.as_raw()).collect(),
-                Some((*uid, *gid)),
-            )
-        }
+        Some(Identity {
+            uid, gid, groups, ..
+        }) => (groups.clone(), Some((*uid, *gid))),
         None => (Vec::new(), None),
     };
     Ok(Prepared {
@@ -323,7 +306,11 @@ pub fn spawn(request: &SpawnRequest) -> Result<Spawned, SpawnError> {
         libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut());
     }
     if pid < 0 {
-        return Err(error(fork_errno, "fork failed"));
+        return Err(SpawnError {
+            stage: StartStage::Fork,
+            errno: fork_errno,
+            context: "fork failed".into(),
+        });
     }
     // The child does this too; doing it here as well means a killpg sent right
     // after spawn() returns cannot miss the group. EACCES (the child already
@@ -341,158 +328,40 @@ pub fn spawn(request: &SpawnRequest) -> Result<Spawned, SpawnError> {
     })
 }
 
-/// Read an exec-status pipe without blocking: `Some(errno)` if exec failed.
-pub fn exec_error(status: &OwnedFd) -> Option<i32> {
-    let mut bytes = [0u8; 4];
-    // SAFETY: reading into a 4-byte stack buffer from an fd we own.
+/// What an exec-status pipe says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecStatus {
+    /// Nothing yet: the child is between fork and exec.
+    Pending,
+    /// EOF: `execve` succeeded (or the child died before writing).
+    Succeeded,
+    Failed(StartError),
+}
+
+/// Read an exec-status pipe without blocking.
+pub fn read_status(status: &OwnedFd) -> ExecStatus {
+    let mut bytes = [0u8; STATUS_BYTES];
+    // SAFETY: reading into a stack buffer of the stated size from an fd we own.
     let n = unsafe { libc::read(status.as_raw_fd(), bytes.as_mut_ptr().cast(), bytes.len()) };
-    (n == 4).then(|| i32::from_ne_bytes(bytes))
-}
-
-/// Raw pointers into [`Prepared`] and the fds, for the child.
-struct ChildPlan<'a> {
-    program: *const libc::c_char,
-    argv: *const *const libc::c_char,
-    envp: *const *const libc::c_char,
-    cwd: *const libc::c_char,
-    groups: &'a [libc::gid_t],
-    identity: Option<(libc::uid_t, libc::gid_t)>,
-    stdin: RawFd,
-    stdout: RawFd,
-    stderr: RawFd,
-    status: RawFd,
-    listen_fds: &'a [RawFd],
-    listen_pid: *mut u8,
-    nofile_soft: libc::rlim_t,
-    parent: libc::pid_t,
-}
-
-impl ChildPlan<'_> {
-    /// Runs in the child between fork and exec. Only async-signal-safe calls.
-    unsafe fn exec(&self) -> ! {
-        unsafe {
-            libc::setpgid(0, 0);
-
-            // Default dispositions, then unblock everything.
-            let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = libc::SIG_DFL;
-            for signal in 1..NSIG {
-                if signal != libc::SIGKILL && signal != libc::SIGSTOP {
-                    libc::sigaction(signal, &action, std::ptr::null_mut());
-                }
-            }
-            let mut empty: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut empty);
-            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-
-            if let Some((uid, gid)) = self.identity
-                && (libc::setgroups(self.groups.len(), self.groups.as_ptr()) != 0
-                    || libc::setgid(gid) != 0
-                    || libc::setuid(uid) != 0)
-            {
-                self.fail();
-            }
-            // After any uid change (which clears it). If the supervisor died
-            // before this line, we were already reparented: give up.
-            libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            );
-            if libc::getppid() != self.parent {
-                libc::_exit(1);
-            }
-
-            if libc::dup2(self.stdin, 0) < 0
-                || libc::dup2(self.stdout, 1) < 0
-                || libc::dup2(self.stderr, 2) < 0
-            {
-                self.fail();
-            }
-            // Listening sockets go to 3, 4, …: first move every source above
-            // the targets (a source may sit on a target), then dup2 down, which
-            // also clears FD_CLOEXEC on the targets.
-            let count = self.listen_fds.len() as libc::c_int;
-            let first_free = 3 + count;
-            let status = libc::fcntl(self.status, libc::F_DUPFD_CLOEXEC, first_free);
-            if status < 0 {
-                self.fail();
-            }
-            let mut moved: [libc::c_int; MAX_LISTEN_FDS] = [-1; MAX_LISTEN_FDS];
-            for (i, &fd) in self.listen_fds.iter().take(MAX_LISTEN_FDS).enumerate() {
-                moved[i] = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, first_free);
-                if moved[i] < 0 {
-                    fail_with(status);
-                }
-            }
-            for (i, &fd) in moved.iter().take(self.listen_fds.len()).enumerate() {
-                if libc::dup2(fd, 3 + i as libc::c_int) < 0 {
-                    fail_with(status);
-                }
-            }
-            // Anything else that leaked past O_CLOEXEC goes now; keep the status pipe.
-            if status > first_free {
-                libc::close_range(first_free as libc::c_uint, (status - 1) as libc::c_uint, 0);
-            }
-            libc::close_range((status + 1) as libc::c_uint, libc::c_uint::MAX, 0);
-
-            if libc::chdir(self.cwd) != 0 {
-                fail_with(status);
-            }
-            if !self.listen_pid.is_null() {
-                write_pid(self.listen_pid.add(LISTEN_PID_PREFIX.len()), libc::getpid());
-            }
-            let mut limit: libc::rlimit = std::mem::zeroed();
-            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
-                limit.rlim_cur = self.nofile_soft.min(limit.rlim_max);
-                libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-            }
-            libc::execve(self.program, self.argv, self.envp);
-            fail_with(status)
+    match n {
+        0 => ExecStatus::Succeeded,
+        n if n == STATUS_BYTES as isize => {
+            let stage = i32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+            let errno = i32::from_ne_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
+            ExecStatus::Failed(StartError {
+                stage: StartStage::from_code(stage),
+                errno,
+            })
         }
-    }
-
-    unsafe fn fail(&self) -> ! {
-        unsafe { fail_with(self.status) }
-    }
-}
-
-/// Signals are 1..NSIG on Linux.
-const NSIG: libc::c_int = 65;
-
-/// The most listening sockets one app may pass (a fixed array: no allocation
-/// after fork). Far above any real use.
-pub const MAX_LISTEN_FDS: usize = 64;
-
-/// Report errno through the status pipe and exit. Async-signal-safe.
-unsafe fn fail_with(status: RawFd) -> ! {
-    unsafe {
-        let errno = *libc::__errno_location();
-        let bytes = errno.to_ne_bytes();
-        libc::write(status, bytes.as_ptr().cast(), bytes.len());
-        libc::_exit(127)
-    }
-}
-
-/// Write `pid` in decimal followed by NUL at `at`. Async-signal-safe (no allocation).
-unsafe fn write_pid(at: *mut u8, pid: libc::pid_t) {
-    let mut digits = [0u8; 20];
-    let mut n = pid as u64;
-    let mut len = 0;
-    loop {
-        digits[len] = b'0' + (n % 10) as u8;
-        len += 1;
-        n /= 10;
-        if n == 0 {
-            break;
+        -1 if std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock => {
+            ExecStatus::Pending
         }
+        // A short or failed read of our own pipe: the child got no further.
+        _ => ExecStatus::Failed(StartError {
+            stage: StartStage::Exec,
+            errno: libc::EIO,
+        }),
     }
-    for i in 0..len {
-        unsafe { *at.add(i) = digits[len - 1 - i] };
-    }
-    unsafe { *at.add(len) = 0 };
 }
 
 #[cfg(test)]
@@ -544,36 +413,6 @@ mod tests {
             get("LISTEN_PID"),
             None,
             "the child writes LISTEN_PID itself"
-        );
-    }
-
-    #[test]
-    fn write_pid_writes_decimal_and_nul() {
-        let mut buffer = [0xffu8; 12];
-        unsafe { write_pid(buffer.as_mut_ptr(), 40213) };
-        assert_eq!(&buffer[..6], b"40213\0");
-        unsafe { write_pid(buffer.as_mut_ptr(), 7) };
-        assert_eq!(&buffer[..2], b"7\0");
-    }
-
-    #[test]
-    fn programs_resolve_like_execvp() {
-        let cwd = Path::new("/");
-        assert_eq!(
-            resolve_program("sh", cwd, Some(OsStr::new("/nonexistent:/bin"))).unwrap(),
-            PathBuf::from("/bin/sh")
-        );
-        assert_eq!(
-            resolve_program("no-such-program-x", cwd, Some(OsStr::new("/bin")))
-                .unwrap_err()
-                .errno,
-            libc::ENOENT
-        );
-        assert_eq!(
-            resolve_program("./etc/passwd", cwd, None)
-                .unwrap_err()
-                .errno,
-            libc::EACCES
         );
     }
 }

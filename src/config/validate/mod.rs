@@ -1,0 +1,283 @@
+//! Semantic validation: from well-formed [`raw`] types to the resolved
+//! [`spec`](crate::spec) model, reporting every problem on the way.
+//!
+//! Each check reports at the place the value is *written*: a value inherited
+//! from `defaults` is reported at `defaults.…`, once, not once per app. The
+//! facts that depend on the machine (CPU count, whether we are root, the
+//! `PATH`, users and groups) come in through [`Host`], so tests can pin them
+//! and a running supervisor looks them up off its main thread.
+//!
+//! One concern per file: [`process`] (command, cwd, env, user), [`listen`]
+//! (sockets and their clashes), [`ready`] (readiness and probes), [`policy`]
+//! (instances, restarts, backoff, signals, rollout limits).
+
+mod listen;
+mod policy;
+mod process;
+mod ready;
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::diagnostic::{PathSeg, Reporter};
+use super::raw::{self, AppFields, EcosystemFile};
+pub use crate::host::Host;
+use crate::spec::{AppSpec, Desired, ListenSpec, ProcessDefinition, RestartPolicy, defaults};
+pub use listen::parse_host_port;
+pub use policy::parse_signal;
+pub use ready::parse_http_url;
+
+/// Fields the structure check found broken and set aside, as `(scope, field)`
+/// where scope is an app's name or `defaults`. Validation of the rest must not
+/// report them as missing, nor judge other fields against the defaults that
+/// stand in for them.
+#[derive(Debug, Default)]
+pub struct BrokenFields(HashSet<(String, String)>);
+
+impl BrokenFields {
+    pub fn insert(&mut self, scope: String, field: String) {
+        self.0.insert((scope, field));
+    }
+
+    fn contains(&self, scope: &str, field: &str) -> bool {
+        self.0.contains(&(scope.to_string(), field.to_string()))
+    }
+}
+
+/// Names the supervisor sets in every worker's environment.
+const RESERVED_ALWAYS: &[&str] = &[
+    "SUPERVISE_APP",
+    "SUPERVISE_INSTANCE",
+    "NODE_APP_INSTANCE",
+    "LISTEN_FDS",
+    "LISTEN_PID",
+    "LISTEN_FDNAMES",
+    "NOTIFY_SOCKET",
+];
+
+/// The longest `sun_path` (108 bytes, including the terminating NUL).
+const MAX_UNIX_PATH: usize = 107;
+
+/// Validate `file` (whose tree is in `reporter`) and resolve it.
+/// Returns `None` when an error was reported.
+pub fn resolve(
+    file: &EcosystemFile,
+    source: &Path,
+    host: &Host,
+    broken: &BrokenFields,
+    reporter: &mut Reporter,
+) -> Option<Desired> {
+    // Relative paths are taken from the folder the file is in *now*: through
+    // a swapped directory symlink (`current -> releases/2`), the new one.
+    let parent = source.parent().unwrap_or(Path::new("/"));
+    let folder = parent
+        .canonicalize()
+        .unwrap_or_else(|_| parent.to_path_buf());
+    let empty = AppFields::default();
+    let defaults = file.defaults.as_ref().unwrap_or(&empty);
+    let mut apps = Vec::new();
+    let mut listeners = Vec::new();
+    for (name, fields) in &file.apps {
+        let app = AppContext {
+            name,
+            fields,
+            defaults,
+            folder: &folder,
+            host,
+            broken,
+        };
+        let (spec, listen) = app.resolve(reporter);
+        listeners.push((name.as_str(), listen));
+        apps.extend(spec);
+    }
+    listen::check_listen_clashes(file, &listeners, reporter);
+    if reporter.has_errors() {
+        return None;
+    }
+    Some(Desired {
+        source: source.to_path_buf(),
+        apps,
+    })
+}
+
+/// One app being resolved, with where its inherited values come from.
+struct AppContext<'a> {
+    name: &'a str,
+    fields: &'a AppFields,
+    defaults: &'a AppFields,
+    folder: &'a Path,
+    host: &'a Host,
+    broken: &'a BrokenFields,
+}
+
+fn key(k: &str) -> PathSeg {
+    PathSeg::Key(k.to_string())
+}
+
+impl AppContext<'_> {
+    /// Was this field (of the app or of `defaults`) set aside as broken?
+    fn broken(&self, field: &str) -> bool {
+        self.broken.contains(self.name, field) || self.broken.contains("defaults", field)
+    }
+
+    fn app_path(&self, field: &[&str]) -> Vec<PathSeg> {
+        let mut path = vec![key("apps"), key(self.name)];
+        path.extend(field.iter().map(|f| key(f)));
+        path
+    }
+
+    /// The value of a top-level field and the path where it is written.
+    fn pick<T: Clone>(
+        &self,
+        field: &str,
+        get: impl Fn(&AppFields) -> Option<&T>,
+    ) -> Option<(T, Vec<PathSeg>)> {
+        if let Some(value) = get(self.fields) {
+            Some((value.clone(), self.app_path(&[field])))
+        } else {
+            get(self.defaults).map(|v| (v.clone(), vec![key("defaults"), key(field)]))
+        }
+    }
+
+    /// A field inside a nested block (`backoff.initial`), merged key by key.
+    fn pick_nested<B, T: Clone>(
+        &self,
+        block: &str,
+        field: &str,
+        get_block: impl Fn(&AppFields) -> Option<&B>,
+        get: impl Fn(&B) -> Option<&T>,
+    ) -> Option<(T, Vec<PathSeg>)> {
+        if let Some(value) = get_block(self.fields).and_then(&get) {
+            Some((value.clone(), self.app_path(&[block, field])))
+        } else {
+            get_block(self.defaults)
+                .and_then(&get)
+                .map(|v| (v.clone(), vec![key("defaults"), key(block), key(field)]))
+        }
+    }
+
+    /// The resolved app (`None` after an error) and its listeners, which are
+    /// checked against other apps' even when something else in the app is wrong.
+    fn resolve(&self, reporter: &mut Reporter) -> (Option<AppSpec>, Vec<ListenSpec>) {
+        let listen = self.resolve_listen(reporter);
+        let spec = self.resolve_spec(listen.clone(), reporter);
+        (spec, listen)
+    }
+
+    fn resolve_spec(&self, listen: Vec<ListenSpec>, reporter: &mut Reporter) -> Option<AppSpec> {
+        let errors_before = reporter.error_count();
+        self.check_name(reporter);
+
+        let cwd = self.resolve_cwd(reporter);
+        let shell = self
+            .pick("shell", |f| f.shell.as_ref())
+            .map(|(v, _)| v)
+            .unwrap_or(false);
+        let instances = self.resolve_instances(reporter);
+        let identity = self.resolve_identity(reporter);
+        let env = self.resolve_env(!listen.is_empty(), identity.is_some(), reporter);
+        let command =
+            self.resolve_command(shell, !listen.is_empty(), cwd.as_deref(), &env, reporter);
+        let ready_timeout = self.duration("ready_timeout", |f| f.ready_timeout.as_ref(), reporter);
+        let ready = self.resolve_ready(instances.map(|(n, _)| n), &listen, ready_timeout, reporter);
+        let backoff = self.resolve_backoff(reporter);
+        let max_restarts = self.resolve_max_restarts(reporter);
+        let stop_signal = self.resolve_signal(reporter);
+        let kill_timeout = self.duration("kill_timeout", |f| f.kill_timeout.as_ref(), reporter);
+        let reload = self.resolve_reload(reporter);
+
+        if reporter.error_count() > errors_before {
+            return None;
+        }
+        let (instances, instances_from_max) = instances?;
+        let (argv, program) = command?;
+        Some(AppSpec {
+            name: self.name.to_string(),
+            process: ProcessDefinition {
+                argv,
+                program,
+                shell,
+                cwd: cwd?,
+                env,
+                listen,
+                identity,
+            },
+            instances,
+            instances_from_max,
+            ready: ready?,
+            ready_timeout: ready_timeout.unwrap_or(defaults::READY_TIMEOUT),
+            restart: self
+                .pick("restart", |f| f.restart.as_ref())
+                .map_or(RestartPolicy::Always, |(v, _)| v),
+            backoff: backoff?,
+            max_restarts,
+            stop_signal: stop_signal?,
+            kill_timeout: kill_timeout.unwrap_or(defaults::KILL_TIMEOUT),
+            reload: reload?,
+        })
+    }
+
+    fn check_name(&self, reporter: &mut Reporter) {
+        let valid = self.name.bytes().enumerate().all(|(i, b)| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || (i > 0 && (b == b'_' || b == b'-'))
+        });
+        if self.name.is_empty() || !valid {
+            reporter
+                .key_error(&self.app_path(&[]), format!("invalid app name `{}`", self.name))
+                .help("app names are lowercase letters, digits, `_` and `-`, starting with a letter or digit");
+        } else if self.name == "all" {
+            reporter
+                .key_error(&self.app_path(&[]), "`all` cannot be an app name")
+                .help("`all` means every app in commands such as `supervise reload all`; pick another name");
+        }
+    }
+
+    fn duration(
+        &self,
+        field: &str,
+        get: impl Fn(&AppFields) -> Option<&raw::DurationText>,
+        reporter: &mut Reporter,
+    ) -> Option<Duration> {
+        let (text, path) = self.pick(field, get)?;
+        parse_positive_duration(&text, &path, reporter)
+    }
+}
+
+/// `folder` joined with a path from the file, without `./` noise (`..` is kept:
+/// resolving it would need the file system, and symlinks make it ambiguous).
+fn join_clean(folder: &Path, path: &str) -> PathBuf {
+    folder.join(path).components().collect()
+}
+
+fn parse_positive_duration(
+    text: &raw::DurationText,
+    path: &[PathSeg],
+    reporter: &mut Reporter,
+) -> Option<Duration> {
+    match humantime::parse_duration(text.0.trim()) {
+        Ok(duration) if duration.is_zero() => {
+            reporter
+                .error(
+                    path,
+                    format!("duration `{}` must be greater than zero", text.0),
+                )
+                .help("use a positive duration such as 100ms or 5s");
+            None
+        }
+        Ok(duration) => Some(duration),
+        Err(error) => {
+            let message = if text.0.trim_start().starts_with('-') {
+                format!("duration `{}` cannot be negative", text.0)
+            } else if matches!(error, humantime::DurationError::UnknownUnit { .. }) {
+                format!("invalid duration `{}`: {error}", text.0)
+            } else {
+                format!("`{}` is not a duration", text.0)
+            };
+            reporter
+                .error(path, message)
+                .help("write a number with a unit, e.g. 250ms, 5s, 1m30s");
+            None
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! `ready` and `ready_timeout`: how a new instance counts as ready, with its
+//! probe targets parsed once, for every slot.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::listen::parse_host_port;
+use super::{AppContext, key, parse_positive_duration};
+use crate::config::diagnostic::Reporter;
+use crate::config::raw;
+use crate::spec::{ListenSpec, Probe, ProbeKind, ProbeSpec, Readiness, Template, defaults};
+
+impl AppContext<'_> {
+    pub(super) fn resolve_ready(
+        &self,
+        instances: Option<u32>,
+        listen: &[ListenSpec],
+        ready_timeout: Option<Duration>,
+        reporter: &mut Reporter,
+    ) -> Option<Readiness> {
+        let Some((ready, path)) = self.pick("ready", |f| f.ready.as_ref()) else {
+            return Some(Readiness::Delay(defaults::READY_DELAY));
+        };
+        let timeout = ready_timeout.unwrap_or(defaults::READY_TIMEOUT);
+        let probe = |kind: ProbeKind, text: &str, reporter: &mut Reporter| -> Option<ProbeSpec> {
+            let field = match kind {
+                ProbeKind::Tcp => "tcp",
+                ProbeKind::Http => "http",
+            };
+            let mut probe_path = path.clone();
+            probe_path.push(key(field));
+            let template = match Template::parse(text) {
+                Ok(template) => template,
+                Err(error) => {
+                    reporter.error(&probe_path, error.0);
+                    return None;
+                }
+            };
+            let targets: Vec<Result<Probe, String>> = (0..instances.unwrap_or(1).max(1))
+                .map(|i| {
+                    let expanded = template.expand(i);
+                    match kind {
+                        ProbeKind::Tcp => parse_host_port(&expanded).map(Probe::Tcp),
+                        ProbeKind::Http => parse_http_url(&expanded)
+                            .map(|(address, path)| Probe::Http { address, path }),
+                    }
+                })
+                .collect();
+            if let Some(message) = targets.iter().find_map(|t| t.as_ref().err()) {
+                let help = if field == "tcp" {
+                    "write it as IP:PORT, e.g. 127.0.0.1:{instance+8000}"
+                } else {
+                    "write it as http://IP:PORT/path, e.g. http://127.0.0.1:{instance+8000}/health"
+                };
+                reporter
+                    .error(
+                        &probe_path,
+                        format!("bad {field} probe `{text}`: {message}"),
+                    )
+                    .help(help);
+                return None;
+            }
+            if instances.unwrap_or(1) > 1 && !template.uses_instance() {
+                reporter
+                    .error(&probe_path, format!("with several instances, the {field} probe must contain `{{instance}}`"))
+                    .help("otherwise every instance probes the same address and any one answer marks them all ready; use e.g. `{instance+8000}` for the port, or `ready: notify`");
+                return None;
+            }
+            let targets: Vec<Probe> = targets.into_iter().flatten().collect();
+            let address = |probe: &Probe| match probe {
+                Probe::Tcp(address) | Probe::Http { address, .. } => *address,
+            };
+            if let Some(covered) = targets
+                .iter()
+                .find_map(|t| listen.iter().find(|l| l.address.covers(&address(t))))
+            {
+                reporter
+                    .error(
+                        &probe_path,
+                        format!("the {field} probe targets `{}`, which this app's `listen` shares between all its instances", covered.address),
+                    )
+                    .help("a sibling would answer the probe; use `ready: notify` instead");
+                return None;
+            }
+            Some(ProbeSpec {
+                kind,
+                written: template,
+                targets,
+            })
+        };
+        match ready {
+            raw::Ready::Keyword(raw::ReadyKeyword::None) => Some(Readiness::Immediate),
+            raw::Ready::Keyword(raw::ReadyKeyword::Notify) => Some(Readiness::Notify),
+            raw::Ready::Tcp(tcp) => probe(ProbeKind::Tcp, &tcp.tcp, reporter).map(Readiness::Probe),
+            raw::Ready::Http(http) => {
+                probe(ProbeKind::Http, &http.http, reporter).map(Readiness::Probe)
+            }
+            raw::Ready::Delay(delay) => {
+                let mut delay_path = path.clone();
+                delay_path.push(key("delay"));
+                let delay = parse_positive_duration(&delay.delay, &delay_path, reporter)?;
+                if delay >= timeout && !self.broken("ready_timeout") {
+                    reporter
+                        .error(
+                            &delay_path,
+                            format!(
+                                "ready after {} can never happen within ready_timeout {}",
+                                humantime::format_duration(delay),
+                                humantime::format_duration(timeout)
+                            ),
+                        )
+                        .help("make `delay` shorter than `ready_timeout`");
+                    return None;
+                }
+                Some(Readiness::Delay(delay))
+            }
+        }
+    }
+}
+
+/// `http://HOST:PORT/path` → the address to connect to and the request path.
+pub fn parse_http_url(text: &str) -> Result<(SocketAddr, String), String> {
+    let rest = text
+        .strip_prefix("http://")
+        .ok_or_else(|| "only http:// URLs can be probed".to_string())?;
+    let (authority, path) = match rest.find('/') {
+        Some(index) => (&rest[..index], &rest[index..]),
+        None => (rest, "/"),
+    };
+    let with_port = if authority.ends_with(']') || !authority.contains(':') {
+        format!("{authority}:80")
+    } else {
+        authority.to_string()
+    };
+    let address = parse_host_port(&with_port)?;
+    if address.port() == 0 {
+        return Err("port 0 cannot be probed".into());
+    }
+    Ok((address, path.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_urls() {
+        let (address, path) = parse_http_url("http://127.0.0.1:8080/health?x=1").unwrap();
+        assert_eq!(address, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(path, "/health?x=1");
+        assert_eq!(
+            parse_http_url("http://[::1]").unwrap().0,
+            "[::1]:80".parse().unwrap()
+        );
+        assert!(parse_http_url("https://127.0.0.1/").is_err());
+        assert!(parse_http_url("http://127.0.0.1:0/").is_err());
+    }
+}

@@ -1,0 +1,65 @@
+//! The reply to `status`: one set of types, serialized by the supervisor and
+//! read by every client (`status`, `reload`, `scale`), so the two can never
+//! disagree on a field. The JSON form is documented in the README and stable.
+
+use serde::{Deserialize, Serialize};
+
+/// `supervise status --json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusReply {
+    pub ok: bool,
+    /// The ecosystem file.
+    pub file: String,
+    /// How many versions of the file were applied (1 at start).
+    pub version: u64,
+    /// When the current version was applied (RFC 3339).
+    pub applied_at: String,
+    /// The diagnostics of the last edit while it is invalid or unreadable.
+    pub config_error: Option<String>,
+    /// How escaped processes are tracked and stopped.
+    #[serde(default)]
+    pub tracking: Option<String>,
+    pub apps: Vec<AppStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AppStatus {
+    pub name: String,
+    /// Wanted instances.
+    pub instances: u32,
+    /// Processes starting or ready.
+    pub running: u32,
+    /// The version of the app's process definition.
+    pub generation: u64,
+    pub rollout: Rollout,
+    pub workers: Vec<WorkerStatus>,
+}
+
+/// How far replacing the app's instances with the current generation got.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rollout {
+    /// Ready instances of the current generation.
+    pub replaced: u32,
+    pub total: u32,
+    /// Workers of older generations still there.
+    pub outdated: u32,
+    pub halted: bool,
+    pub complete: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerStatus {
+    pub slot: u32,
+    pub generation: u64,
+    pub pid: Option<i32>,
+    pub state: String,
+    pub ready: bool,
+    pub restarts: u32,
+    pub uptime_s: Option<f64>,
+    pub cpu_percent: Option<f64>,
+    pub rss_bytes: Option<u64>,
+    /// How its last run ended (`exited with code 1`, `failed to start: exec: …`).
+    pub last_exit: Option<String>,
+    /// The last `STATUS=` it sent on the notify socket.
+    pub status: Option<String>,
+}

@@ -1,0 +1,128 @@
+//! A new version of the file: the plan, app by app.
+//!
+//! [`crate::plan::diff`] says what changed; here each change becomes state: an
+//! added app gets an entry, a removed one winds down, a changed process
+//! definition is a new generation (which reconcile rolls out), and changed
+//! policy fields simply apply to the running workers. An app whose new sockets
+//! could not be bound keeps its last good version — in the applied file too,
+//! so the next edit is compared against what really runs.
+
+use super::worker::State;
+use super::{Action, App, Core, Event, Phase};
+use crate::plan::{self, AppChange};
+use crate::spec::{Desired, SocketKey};
+
+impl Core {
+    /// The sockets applying `new` binds first: those of added apps and of
+    /// changed ones (an address that overlaps its old one binds later, once
+    /// the old workers are gone).
+    pub fn sockets_to_bind(&self, new: &Desired) -> Vec<(String, SocketKey)> {
+        plan::diff(&self.desired, new)
+            .into_iter()
+            .filter_map(|change| match change {
+                AppChange::Added { name, .. } => Some(name),
+                AppChange::Changed(c) if c.overlapping_rebind.is_none() => Some(c.name),
+                _ => None,
+            })
+            .filter_map(|name| new.app(&name))
+            .flat_map(|spec| {
+                spec.socket_keys()
+                    .into_iter()
+                    .map(|key| (spec.name.clone(), key))
+            })
+            .collect()
+    }
+
+    pub(super) fn apply(
+        &mut self,
+        desired: Desired,
+        unbound: &[(String, String)],
+        trigger: String,
+    ) {
+        if self.phase == Phase::ShuttingDown {
+            return;
+        }
+        self.emit(Action::Systemd("RELOADING=1"));
+        let mut applied = desired.clone();
+        for change in plan::diff(&self.desired, &desired) {
+            let name = change_app(&change).to_string();
+            if let Some((_, error)) = unbound.iter().find(|(app, _)| *app == name) {
+                // Keep what runs: the old version, or nothing for a new app.
+                match self.desired.app(&name) {
+                    Some(old) => {
+                        if let Some(kept) = applied.apps.iter_mut().find(|a| a.name == name) {
+                            *kept = old.clone();
+                        }
+                    }
+                    None => applied.apps.retain(|a| a.name != name),
+                }
+                self.report(Event::BindFailed {
+                    app: name,
+                    error: error.clone(),
+                });
+                continue;
+            }
+            match &change {
+                AppChange::Unchanged { .. } => continue,
+                AppChange::Removed { .. } => {
+                    if let Some(app) = self.apps.get_mut(&name) {
+                        app.removed = true;
+                        app.dirty = true;
+                    }
+                    self.emit(Action::SweepSockets);
+                }
+                AppChange::Added { .. } | AppChange::Changed(_) => {
+                    let Some(spec) = desired.app(&name) else {
+                        continue;
+                    };
+                    let overlapping =
+                        matches!(&change, AppChange::Changed(c) if c.overlapping_rebind.is_some());
+                    let app = self
+                        .apps
+                        .entry(name.clone())
+                        .or_insert_with(|| App::new(spec));
+                    if app.spec != *spec || app.removed {
+                        // A failed, exited or held worker gets a fresh start
+                        // when its app's definition changes, and only then.
+                        for worker in app.workers.values_mut() {
+                            if matches!(worker.state, State::Failed | State::Exited | State::Held) {
+                                let _ = worker.revive();
+                            }
+                        }
+                    }
+                    if app.spec.process != spec.process {
+                        app.bump_generation(spec.process.clone(), overlapping);
+                    }
+                    if app.spec.kill_timeout != spec.kill_timeout {
+                        // Policy applies to what runs: stops in flight too.
+                        for worker in app.workers.values_mut() {
+                            if worker.state.is_stopping() {
+                                let _ = worker.retime_stop(spec.kill_timeout);
+                            }
+                        }
+                    }
+                    app.spec = spec.clone();
+                    app.removed = false;
+                    app.dirty = true;
+                }
+            }
+            self.report(Event::Plan(change));
+        }
+        self.desired = applied;
+        self.file_version += 1;
+        self.report(Event::Applied {
+            trigger,
+            file_version: self.file_version,
+        });
+        self.emit(Action::Systemd("READY=1"));
+    }
+}
+
+fn change_app(change: &AppChange) -> &str {
+    match change {
+        AppChange::Added { name, .. }
+        | AppChange::Removed { name, .. }
+        | AppChange::Unchanged { name } => name,
+        AppChange::Changed(changed) => &changed.name,
+    }
+}

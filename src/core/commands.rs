@@ -1,0 +1,155 @@
+//! Commands from the control socket that change workers: `reload`,
+//! `restart`, `stop` (hold) and `start` (release).
+//!
+//! Each is an input like any other: it moves workers through their state
+//! machine (a running worker is stopped with what to do after the stop; one
+//! without a process is held or revived at once) and marks the app dirty.
+
+use std::time::Instant;
+
+use super::reconcile::StopReason;
+use super::worker::{AfterStop, State, WorkerId};
+use super::{Core, Event, Phase};
+
+/// What a client asks of workers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Order {
+    /// A rolling replacement of an app, or of every app (`all`).
+    Reload { app: String },
+    /// Stop then start an app or one instance, all at once.
+    Restart { target: String },
+    /// Stop and hold until `start`.
+    Hold { target: String },
+    /// Start what `stop` held.
+    Release { target: String },
+}
+
+/// What a command did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// The apps whose rollout began.
+    Reloading { apps: Vec<String> },
+    /// A sentence for the user.
+    Done { message: String },
+}
+
+impl Core {
+    /// Carry out a command; `Err` is the message of a refusal.
+    pub fn command(&mut self, order: Order, now: Instant) -> Result<Reply, String> {
+        if self.phase == Phase::ShuttingDown {
+            return Err("the supervisor is shutting down".to_string());
+        }
+        match order {
+            Order::Reload { app } => self.reload(&app),
+            Order::Restart { target } => self.on_workers(&target, "restart", now),
+            Order::Hold { target } => self.on_workers(&target, "stop (held)", now),
+            Order::Release { target } => self.on_workers(&target, "start", now),
+        }
+    }
+
+    /// Bump the generation, which reconcile turns into a rolling replacement.
+    fn reload(&mut self, target: &str) -> Result<Reply, String> {
+        let names: Vec<String> = if target == "all" {
+            self.apps
+                .iter()
+                .filter(|(_, a)| !a.removed)
+                .map(|(n, _)| n.clone())
+                .collect()
+        } else if self.apps.get(target).is_some_and(|a| !a.removed) {
+            vec![target.to_string()]
+        } else {
+            return Err(format!("no app `{target}`"));
+        };
+        for name in &names {
+            let Some(app) = self.apps.get_mut(name) else {
+                continue;
+            };
+            app.bump_generation(app.spec.process.clone(), false);
+            let event = Event::Reload {
+                app: name.clone(),
+                generation: app.generation,
+                instances: app.spec.instances,
+            };
+            self.report(event);
+        }
+        Ok(Reply::Reloading { apps: names })
+    }
+
+    /// `restart`, `stop` (`stop (held)`) and `start` of an app or one instance.
+    fn on_workers(
+        &mut self,
+        target: &str,
+        what: &'static str,
+        now: Instant,
+    ) -> Result<Reply, String> {
+        let (name, slot) = crate::control::parse_target(target)?;
+        let app = self
+            .apps
+            .get_mut(name)
+            .filter(|a| !a.removed)
+            .ok_or_else(|| format!("no app `{name}`"))?;
+        if let Some(slot) = slot
+            && slot >= app.spec.instances
+        {
+            return Err(format!(
+                "{name} has {} instance{}; there is no {name}.{slot}",
+                app.spec.instances,
+                if app.spec.instances == 1 { "" } else { "s" }
+            ));
+        }
+        app.dirty = true;
+        let mut stops: Vec<(WorkerId, AfterStop)> = Vec::new();
+        let mut touched = 0;
+        let mut refusals = Vec::new();
+        for worker in app
+            .workers
+            .values_mut()
+            .filter(|w| slot.is_none_or(|s| w.slot == s))
+        {
+            let running = worker.state.is_running();
+            let result = match (what, running) {
+                ("restart", true) => {
+                    stops.push((worker.id, AfterStop::Restart));
+                    continue;
+                }
+                ("stop (held)", true) => {
+                    stops.push((worker.id, AfterStop::Hold));
+                    continue;
+                }
+                ("start", true) => continue,
+                ("stop (held)", false) => {
+                    if worker.state.is_stopping() || worker.state == State::Spawning {
+                        continue;
+                    }
+                    worker.hold()
+                }
+                _ => {
+                    if !matches!(
+                        worker.state,
+                        State::Failed | State::Exited | State::Held | State::Backoff { .. }
+                    ) {
+                        continue;
+                    }
+                    worker.revive()
+                }
+            };
+            match result {
+                Ok(()) => touched += 1,
+                Err(refused) => refusals.push(refused),
+            }
+        }
+        for refused in refusals {
+            self.ignored(refused);
+        }
+        touched += stops.len();
+        for (id, then) in stops {
+            self.stop(name, id, StopReason::Command, Some(what), then, now);
+        }
+        Ok(Reply::Done {
+            message: format!(
+                "{target}: {what} {touched} instance{}",
+                if touched == 1 { "" } else { "s" }
+            ),
+        })
+    }
+}

@@ -1,0 +1,154 @@
+//! What the core reports: one value per thing that happened, for the log.
+//!
+//! The core decides and says what it decided; the shell turns each [`Event`]
+//! into a human line or a JSON event (`supervisor::report`). Keeping them as
+//! data lets the simulation read the decisions without parsing text.
+
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use super::reconcile::StopReason;
+use super::worker::{Decision, Exit, Refused, StartError, StopEnd, Worker};
+use crate::plan::AppChange;
+
+/// Which readiness signal arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadyVia {
+    /// `ready: none`: the program runs.
+    Exec,
+    /// `ready: {delay}` passed.
+    Delay,
+    /// A tcp or http probe answered.
+    Probe,
+    /// `READY=1` on the notify socket.
+    Notify,
+}
+
+impl ReadyVia {
+    pub fn name(self) -> &'static str {
+        match self {
+            ReadyVia::Exec => "exec",
+            ReadyVia::Delay => "delay",
+            ReadyVia::Probe => "probe",
+            ReadyVia::Notify => "notify",
+        }
+    }
+}
+
+/// One instance, as events name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instance {
+    pub app: String,
+    pub slot: u32,
+    pub generation: u64,
+}
+
+impl Instance {
+    /// The instance `worker` of app `app` stands for.
+    pub fn of(app: &str, worker: &Worker) -> Instance {
+        Instance {
+            app: app.to_string(),
+            slot: worker.slot,
+            generation: worker.generation,
+        }
+    }
+}
+
+/// Something the core did or noticed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    Spawned {
+        instance: Instance,
+        pid: i32,
+    },
+    /// No process, or no program: a failed start.
+    StartFailed {
+        instance: Instance,
+        pid: Option<i32>,
+        error: StartError,
+        /// What the spawn said beyond the errno (which program, which address).
+        detail: Option<String>,
+        decision: Decision,
+    },
+    Ready {
+        instance: Instance,
+        pid: i32,
+        via: ReadyVia,
+        after: Duration,
+    },
+    /// Every wanted instance is ready (once per run).
+    AllReady,
+    Exited {
+        instance: Instance,
+        pid: i32,
+        exit: Exit,
+        ran: Duration,
+        decision: Decision,
+    },
+    Stopping {
+        instance: Instance,
+        pid: i32,
+        reason: StopReason,
+        /// For commands: which one.
+        command: Option<&'static str>,
+        signal: Signal,
+        uptime: Duration,
+    },
+    Killing {
+        instance: Instance,
+        pid: i32,
+        kill_timeout: Duration,
+    },
+    Stopped {
+        instance: Instance,
+        pid: i32,
+        killed: bool,
+        leader_exit: Option<Exit>,
+        took: Duration,
+        end: StopEnd,
+    },
+    RolloutHalted {
+        instance: Instance,
+    },
+    /// One app's part of an applied edit.
+    Plan(AppChange),
+    /// A new version of the file is in force.
+    Applied {
+        trigger: String,
+        file_version: u64,
+    },
+    /// An app's new sockets could not be bound: it keeps its last good version.
+    BindFailed {
+        app: String,
+        error: String,
+    },
+    /// `supervise reload APP`.
+    Reload {
+        app: String,
+        generation: u64,
+        instances: u32,
+    },
+    Shutdown {
+        why: &'static str,
+        processes: usize,
+    },
+    /// A second SIGINT.
+    KillAll,
+    /// A notify datagram from a uid that is not the worker's.
+    ForeignNotify {
+        app: String,
+        pid: i32,
+        uid: u32,
+        expected: u32,
+    },
+    /// A settled app (debug).
+    Reconciled {
+        app: String,
+        passes: usize,
+    },
+    /// An input the worker's state did not accept (debug: late, duplicate).
+    Ignored(Refused),
+    /// A decision of the core's own that a worker refused: a bug (error).
+    Anomaly(String),
+}

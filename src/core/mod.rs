@@ -1,0 +1,660 @@
+//! The pure core: every change to a worker is an [`Input`] here, and the core
+//! answers with [`Action`]s for the shell to carry out. Nothing else mutates a
+//! worker.
+//!
+//! The core owns the state of every app and worker. It never reads a clock
+//! (time comes with each call), never touches a process, a file or a socket.
+//! Inputs are facts: a process was spawned or could not be; it exited; its
+//! group is empty; it ran the program; it is ready; it said something on the
+//! notify socket; a new version of the file was checked; a command arrived;
+//! shutdown began; time passed. Each changes at most a few workers through
+//! their state machine ([`worker`]), marks their app *dirty*, and
+//! [`Core::converge`] then reconciles every dirty app ([`reconcile`]) until
+//! none is left, applying the steps it decides and emitting the actions they
+//! need (spawn, signal a group, report).
+//!
+//! Spawning is the one action whose result matters to the next decision; the
+//! worker waits in `Spawning` until the shell feeds back [`Input::Spawned`]
+//! or [`Input::SpawnFailed`], which it always does before the next event.
+
+pub mod apply;
+pub mod commands;
+pub mod event;
+pub mod process;
+pub mod reconcile;
+pub mod worker;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use indexmap::IndexMap;
+use nix::sys::signal::Signal;
+
+pub use event::{Event, Instance, ReadyVia};
+use reconcile::{Plan, Step, StopReason, Target, Workers};
+use worker::{AfterStop, Exit, Refused, StartError, Worker, WorkerId};
+
+use crate::spec::{AppSpec, Desired, ProcessDefinition, Readiness};
+
+/// The guard: every app is reconciled at least this often.
+pub const FULL_PASS_INTERVAL: Duration = Duration::from_secs(10);
+/// Reconcile passes for one app within one convergence (a bug guard: a
+/// healthy app settles in a handful).
+pub const MAX_PASSES: usize = 64;
+/// How soon an app that did not settle within [`MAX_PASSES`] is looked at again.
+const UNSETTLED_RETRY: Duration = Duration::from_millis(50);
+
+/// An input to the core: a fact about a process, a user's wish, or time.
+#[derive(Debug, Clone)]
+pub enum Input {
+    /// The process of worker `id` exists (the answer to [`Action::Spawn`]).
+    Spawned { app: String, id: WorkerId, pid: i32 },
+    /// No process could be created for worker `id`.
+    SpawnFailed {
+        app: String,
+        id: WorkerId,
+        error: StartError,
+        detail: String,
+    },
+    /// `exec` succeeded in process `pid`: the program runs.
+    ExecSucceeded { pid: i32 },
+    /// Process `pid` was reaped. `start_error` when it never ran the program.
+    Exited {
+        pid: i32,
+        exit: Exit,
+        start_error: Option<StartError>,
+    },
+    /// The process group `pgid` of a stopping worker has no member left.
+    GroupEmpty { pgid: i32 },
+    /// A readiness probe of process `pid` succeeded.
+    ProbeSucceeded { pid: i32 },
+    /// A notify datagram, attributed to the worker whose leader is `leader`.
+    Notified {
+        leader: i32,
+        uid: u32,
+        ready: bool,
+        status: Option<String>,
+    },
+    /// A new, valid version of the file. `unbound`: apps whose new sockets
+    /// could not be bound (`(app, why)`); they keep their last good version.
+    Apply {
+        desired: Desired,
+        unbound: Vec<(String, String)>,
+        trigger: String,
+    },
+    /// SIGINT or SIGTERM: stop everything, then exit.
+    Shutdown { why: &'static str },
+    /// A second SIGINT: SIGKILL everything now.
+    KillAll,
+    /// Time passed: deadlines may be due.
+    Tick,
+}
+
+/// What the core asks the shell to do.
+#[derive(Debug, Clone)]
+pub enum Action {
+    /// Start a process for a worker; answer with `Spawned` or `SpawnFailed`.
+    Spawn(SpawnOrder),
+    /// Send a signal to a process group.
+    Signal { pgid: i32, signal: Signal },
+    /// The leader of group `pgid` is gone: SIGKILL what is left of its group
+    /// (when `kill_leftovers`), then forget the group (the undertaker too).
+    ReleaseGroup {
+        pgid: i32,
+        kill_leftovers: bool,
+        instance: Instance,
+    },
+    /// Stop the readiness probe of process `pid`, if one runs.
+    CancelProbe { pid: i32 },
+    /// Sockets may be unwanted now: close those no app needs
+    /// ([`Core::wanted_sockets`]).
+    SweepSockets,
+    /// Tell systemd (when it supervises us): `READY=1`, `STOPPING=1` …
+    Systemd(&'static str),
+    /// Log what happened.
+    Report(Event),
+}
+
+/// Everything the shell needs to start one worker's process.
+#[derive(Debug, Clone)]
+pub struct SpawnOrder {
+    pub app: String,
+    pub id: WorkerId,
+    pub slot: u32,
+    pub generation: u64,
+    pub definition: Arc<ProcessDefinition>,
+    pub readiness: Readiness,
+}
+
+/// Where the supervisor is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Running,
+    /// Stopping everything (SIGINT/SIGTERM); done when no worker is left.
+    ShuttingDown,
+}
+
+/// One app: its desired spec, its workers, and the definitions they run.
+#[derive(Debug, Clone)]
+pub struct App {
+    pub spec: AppSpec,
+    /// The version of the app's process definition; bumped by a change of it
+    /// in the file and by `supervise reload`.
+    pub generation: u64,
+    /// The process definition of every generation a worker still runs.
+    pub definitions: HashMap<u64, Arc<ProcessDefinition>>,
+    pub workers: Workers,
+    pub rollout_halted: bool,
+    /// The current generation replaces by stop-all-then-start (overlapping listen).
+    pub recreate: bool,
+    /// Removed from the file: stopping, then forgotten.
+    pub removed: bool,
+    dirty: bool,
+    wake_at: Option<Instant>,
+}
+
+impl App {
+    fn new(spec: &AppSpec) -> App {
+        App {
+            spec: spec.clone(),
+            generation: 1,
+            definitions: HashMap::from([(1, Arc::new(spec.process.clone()))]),
+            workers: Workers::new(),
+            rollout_halted: false,
+            recreate: false,
+            removed: false,
+            dirty: true,
+            wake_at: None,
+        }
+    }
+
+    /// Drop the definitions no worker runs any more (the current one stays).
+    fn prune_definitions(&mut self) {
+        let current = self.generation;
+        let workers = &self.workers;
+        self.definitions
+            .retain(|g, _| *g == current || workers.values().any(|w| w.generation == *g));
+    }
+
+    /// A new generation of the definition: the workers of older ones are replaced.
+    fn bump_generation(&mut self, definition: ProcessDefinition, recreate: bool) {
+        self.generation += 1;
+        self.definitions
+            .insert(self.generation, Arc::new(definition));
+        self.rollout_halted = false;
+        self.recreate = recreate;
+        self.dirty = true;
+    }
+
+    /// Instances of the current generation that are ready.
+    pub fn replaced(&self) -> usize {
+        self.workers
+            .values()
+            .filter(|w| w.generation == self.generation && w.state.is_ready())
+            .count()
+    }
+
+    /// Workers of older generations.
+    pub fn outdated(&self) -> usize {
+        self.workers
+            .values()
+            .filter(|w| w.generation < self.generation)
+            .count()
+    }
+
+    /// Every wanted slot has a ready worker.
+    fn all_ready(&self) -> bool {
+        let mut ready: Vec<u32> = self
+            .workers
+            .values()
+            .filter(|w| w.state.is_ready() && w.slot < self.spec.instances)
+            .map(|w| w.slot)
+            .collect();
+        ready.sort_unstable();
+        ready.dedup();
+        ready.len() == self.spec.instances as usize
+    }
+}
+
+/// The state of every app and worker, and the rules that change it.
+#[derive(Debug)]
+pub struct Core {
+    apps: IndexMap<String, App>,
+    /// Leader pid → (app, worker), for every worker with a process.
+    pids: HashMap<i32, (String, WorkerId)>,
+    /// Leaders of stopping workers that were reaped while their group was not
+    /// yet empty: the shell reports when each group empties.
+    draining: BTreeSet<i32>,
+    next_worker: WorkerId,
+    phase: Phase,
+    /// The last good version of the file, as applied.
+    desired: Desired,
+    /// Counts the applied versions of the file.
+    file_version: u64,
+    all_ready_reported: bool,
+    /// The supervisor's effective uid (a notify sender must be the worker's or root).
+    own_uid: u32,
+    last_full_pass: Instant,
+    /// Decisions of the core that a worker refused: bugs, counted for tests.
+    anomalies: u64,
+    outbox: Vec<Action>,
+}
+
+impl Core {
+    /// The core for the first version of the file (whose sockets are bound).
+    pub fn new(desired: &Desired, own_uid: u32, now: Instant) -> Core {
+        let apps = desired
+            .apps
+            .iter()
+            .map(|spec| (spec.name.clone(), App::new(spec)))
+            .collect();
+        Core {
+            apps,
+            pids: HashMap::new(),
+            draining: BTreeSet::new(),
+            next_worker: 1,
+            phase: Phase::Running,
+            desired: desired.clone(),
+            file_version: 1,
+            all_ready_reported: false,
+            own_uid,
+            last_full_pass: now,
+            anomalies: 0,
+            outbox: Vec::new(),
+        }
+    }
+
+    pub fn apps(&self) -> impl Iterator<Item = &App> {
+        self.apps.values()
+    }
+
+    pub fn app(&self, name: &str) -> Option<&App> {
+        self.apps.get(name)
+    }
+
+    pub fn desired(&self) -> &Desired {
+        &self.desired
+    }
+
+    pub fn file_version(&self) -> u64 {
+        self.file_version
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    pub fn anomalies(&self) -> u64 {
+        self.anomalies
+    }
+
+    /// The worker whose process leads group `pid`, if any.
+    pub fn worker_of(&self, pid: i32) -> Option<(&App, &Worker)> {
+        let (app, id) = self.pids.get(&pid)?;
+        let app = self.apps.get(app)?;
+        Some((app, app.workers.get(id)?))
+    }
+
+    /// Process groups whose leader is reaped but whose stop waits for the
+    /// rest of the group.
+    pub fn draining_groups(&self) -> impl Iterator<Item = i32> + '_ {
+        self.draining.iter().copied()
+    }
+
+    /// Shut down and nothing left to stop.
+    pub fn finished(&self) -> bool {
+        self.phase == Phase::ShuttingDown && self.apps.values().all(|a| a.workers.is_empty())
+    }
+
+    /// When the core wants a [`Input::Tick`] at the latest.
+    pub fn next_wake(&self) -> Instant {
+        self.apps
+            .values()
+            .filter_map(|a| a.wake_at)
+            .fold(self.last_full_pass + FULL_PASS_INTERVAL, Instant::min)
+    }
+
+    /// The actions decided since the last call.
+    pub fn take_actions(&mut self) -> Vec<Action> {
+        std::mem::take(&mut self.outbox)
+    }
+
+    /// Whether an app still needs reconciling.
+    pub fn unsettled(&self) -> bool {
+        self.apps.values().any(|a| a.dirty)
+    }
+
+    fn emit(&mut self, action: Action) {
+        self.outbox.push(action);
+    }
+
+    fn report(&mut self, event: Event) {
+        self.outbox.push(Action::Report(event));
+    }
+
+    /// An input a worker did not accept: late or duplicate news, a no-op.
+    fn ignored(&mut self, refused: Refused) {
+        self.report(Event::Ignored(refused));
+    }
+
+    /// A decision of our own that a worker refused: a bug, never a panic.
+    fn anomaly(&mut self, what: String) {
+        self.anomalies += 1;
+        self.report(Event::Anomaly(what));
+    }
+
+    /// Take in one input. Call [`Core::converge`] after a batch of them.
+    pub fn input(&mut self, input: Input, now: Instant) {
+        match input {
+            Input::Spawned { app, id, pid } => self.spawned(&app, id, pid, now),
+            Input::SpawnFailed {
+                app,
+                id,
+                error,
+                detail,
+            } => self.spawn_failed(&app, id, error, detail, now),
+            Input::ExecSucceeded { pid } => self.exec_succeeded(pid),
+            Input::Exited {
+                pid,
+                exit,
+                start_error,
+            } => self.exited(pid, exit, start_error, now),
+            Input::GroupEmpty { pgid } => self.group_empty(pgid, now),
+            Input::ProbeSucceeded { pid } => self.ready(pid, ReadyVia::Probe, now),
+            Input::Notified {
+                leader,
+                uid,
+                ready,
+                status,
+            } => self.notified(leader, uid, ready, status, now),
+            Input::Apply {
+                desired,
+                unbound,
+                trigger,
+            } => self.apply(desired, &unbound, trigger),
+            Input::Shutdown { why } => self.shutdown(why),
+            Input::KillAll => self.kill_all(now),
+            Input::Tick => self.tick(now),
+        }
+    }
+
+    /// Time passed: the apps whose deadlines are due (or all, every
+    /// [`FULL_PASS_INTERVAL`]) are looked at again.
+    fn tick(&mut self, now: Instant) {
+        let full = now >= self.last_full_pass + FULL_PASS_INTERVAL;
+        if full {
+            self.last_full_pass = now;
+        }
+        for app in self.apps.values_mut() {
+            if full || app.wake_at.is_some_and(|at| at <= now) {
+                app.dirty = true;
+            }
+        }
+    }
+
+    /// Reconcile every dirty app until it has nothing left to do, applying
+    /// the steps; the actions they need go to the outbox.
+    pub fn converge(&mut self, now: Instant) {
+        let dirty: Vec<String> = self
+            .apps
+            .iter()
+            .filter(|(_, a)| a.dirty)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in dirty {
+            for pass in 1.. {
+                let Some(app) = self.apps.get_mut(&name) else {
+                    break;
+                };
+                app.dirty = false;
+                let target = Target {
+                    spec: &app.spec,
+                    generation: app.generation,
+                    rollout_halted: app.rollout_halted,
+                    recreate: app.recreate,
+                    winding_down: app.removed || self.phase == Phase::ShuttingDown,
+                };
+                let Plan { steps, wake_at } = reconcile::reconcile(target, &app.workers, now);
+                if steps.is_empty() {
+                    app.wake_at = wake_at;
+                    self.report(Event::Reconciled {
+                        app: name.clone(),
+                        passes: pass,
+                    });
+                    break;
+                }
+                if pass >= MAX_PASSES {
+                    app.wake_at = Some(now + UNSETTLED_RETRY);
+                    self.anomaly(format!(
+                        "{name}: reconcile did not settle after {MAX_PASSES} passes: {steps:?}"
+                    ));
+                    break;
+                }
+                app.dirty = true;
+                for step in steps {
+                    self.step(&name, step, now);
+                }
+            }
+        }
+        let before = self.apps.len();
+        self.apps
+            .retain(|_, app| !(app.removed && app.workers.is_empty()));
+        if self.apps.len() != before {
+            self.emit(Action::SweepSockets);
+        }
+        self.maybe_all_ready();
+    }
+
+    /// Carry out one step of a plan.
+    fn step(&mut self, name: &str, step: Step, now: Instant) {
+        let Some(app) = self.apps.get_mut(name) else {
+            return;
+        };
+        match step {
+            Step::Create { slot, generation } => {
+                let id = self.next_worker;
+                self.next_worker += 1;
+                app.workers.insert(id, Worker::new(id, slot, generation));
+            }
+            Step::Start { id } => {
+                let Some(worker) = app.workers.get_mut(&id) else {
+                    return self.anomaly(format!("{name}: start of unknown worker {id}"));
+                };
+                if let Err(refused) = worker.begin_start() {
+                    return self.anomaly(refused.to_string());
+                }
+                let Some(definition) = app.definitions.get(&worker.generation).cloned() else {
+                    let error =
+                        format!("{name}: no definition for generation {}", worker.generation);
+                    return self.anomaly(error);
+                };
+                let order = SpawnOrder {
+                    app: name.to_string(),
+                    id,
+                    slot: worker.slot,
+                    generation: worker.generation,
+                    definition,
+                    readiness: app.spec.ready.clone(),
+                };
+                self.emit(Action::Spawn(order));
+            }
+            Step::MarkReady { id } => {
+                let via = match app.spec.ready {
+                    Readiness::Immediate => ReadyVia::Exec,
+                    _ => ReadyVia::Delay,
+                };
+                let Some(pid) = app.workers.get(&id).and_then(|w| w.state.pid()) else {
+                    return self.anomaly(format!("{name}: ready without a process"));
+                };
+                self.ready(pid, via, now);
+            }
+            Step::Stop { id, reason, then } => self.stop(name, id, reason, None, then, now),
+            Step::Kill { id } => {
+                let kill_timeout = app.spec.kill_timeout;
+                let Some(worker) = app.workers.get_mut(&id) else {
+                    return;
+                };
+                let Some(pid) = worker.state.pid() else {
+                    return;
+                };
+                if let Err(refused) = worker.killed() {
+                    return self.anomaly(refused.to_string());
+                }
+                let instance = Instance::of(&app.spec.name, worker);
+                self.emit(Action::Signal {
+                    pgid: pid,
+                    signal: Signal::SIGKILL,
+                });
+                self.report(Event::Killing {
+                    instance,
+                    pid,
+                    kill_timeout,
+                });
+            }
+            Step::Remove { id } => {
+                if app
+                    .workers
+                    .get(&id)
+                    .is_some_and(|w| w.state.pid().is_some())
+                {
+                    return self.anomaly(format!("{name}: remove of worker {id} with a process"));
+                }
+                app.workers.remove(&id);
+                app.prune_definitions();
+                self.emit(Action::SweepSockets);
+            }
+            Step::HaltRollout { generation, slot } => {
+                app.rollout_halted = true;
+                let instance = Instance {
+                    app: name.to_string(),
+                    slot,
+                    generation,
+                };
+                self.report(Event::RolloutHalted { instance });
+            }
+        }
+    }
+
+    /// Stop worker `id`'s process: the stop signal now, SIGKILL at
+    /// `kill_timeout`, `then` once its group is empty.
+    fn stop(
+        &mut self,
+        name: &str,
+        id: WorkerId,
+        reason: StopReason,
+        command: Option<&'static str>,
+        then: AfterStop,
+        now: Instant,
+    ) {
+        let Some(app) = self.apps.get_mut(name) else {
+            return;
+        };
+        let (signal, kill_timeout) = (app.spec.stop_signal, app.spec.kill_timeout);
+        let Some(worker) = app.workers.get_mut(&id) else {
+            return;
+        };
+        let (Some(pid), Some(started)) = (worker.state.pid(), worker.state.started()) else {
+            return self.anomaly(format!("{name}: stop of worker {id} without a process"));
+        };
+        if let Err(refused) = worker.stop(now, kill_timeout, then) {
+            return self.anomaly(refused.to_string());
+        }
+        let instance = Instance::of(&app.spec.name, worker);
+        app.dirty = true;
+        self.emit(Action::CancelProbe { pid });
+        self.emit(Action::Signal { pgid: pid, signal });
+        self.report(Event::Stopping {
+            instance,
+            pid,
+            reason,
+            command,
+            signal,
+            uptime: now.saturating_duration_since(started),
+        });
+    }
+
+    /// Report `all_ready` (and tell systemd) once every wanted instance is ready.
+    fn maybe_all_ready(&mut self) {
+        if self.all_ready_reported || self.phase != Phase::Running {
+            return;
+        }
+        if self.apps.values().all(App::all_ready) {
+            self.all_ready_reported = true;
+            self.report(Event::AllReady);
+            self.emit(Action::Systemd("READY=1"));
+        }
+    }
+
+    /// SIGINT or SIGTERM: every app winds down; nothing starts any more.
+    fn shutdown(&mut self, why: &'static str) {
+        if self.phase == Phase::ShuttingDown {
+            return;
+        }
+        self.phase = Phase::ShuttingDown;
+        let processes = self.pids.len();
+        self.report(Event::Shutdown { why, processes });
+        self.emit(Action::Systemd("STOPPING=1"));
+        for app in self.apps.values_mut() {
+            app.dirty = true;
+        }
+    }
+
+    /// The second SIGINT: every process gets SIGKILL now.
+    fn kill_all(&mut self, now: Instant) {
+        self.shutdown("SIGINT");
+        self.report(Event::KillAll);
+        let mut refusals = Vec::new();
+        for app in self.apps.values_mut() {
+            app.dirty = true;
+            for worker in app.workers.values_mut() {
+                let result = if worker.state.is_running() {
+                    worker.stop(now, Duration::ZERO, AfterStop::Remove)
+                } else if worker.state.is_stopping() {
+                    worker.hurry(now)
+                } else {
+                    Ok(())
+                };
+                if let Err(refused) = result {
+                    refusals.push(refused);
+                }
+            }
+        }
+        for refused in refusals {
+            self.anomaly(refused.to_string());
+        }
+    }
+
+    /// Every socket an app's current definition, or an older one a worker
+    /// still runs, needs: what [`Action::SweepSockets`] keeps.
+    pub fn wanted_sockets(&self) -> std::collections::HashSet<crate::spec::SocketKey> {
+        let mut wanted = std::collections::HashSet::new();
+        for app in self.apps.values() {
+            for (generation, definition) in &app.definitions {
+                if app.removed && !app.workers.values().any(|w| w.generation == *generation) {
+                    continue;
+                }
+                for listen in &definition.listen {
+                    if listen.reuseport {
+                        // Per slot: wanted slots, and slots with a worker.
+                        let slots =
+                            (0..app.spec.instances).chain(app.workers.values().map(|w| w.slot));
+                        wanted.extend(slots.map(|slot| crate::spec::SocketKey {
+                            address: listen.address.clone(),
+                            slot: Some(slot),
+                        }));
+                    } else {
+                        wanted.insert(crate::spec::SocketKey {
+                            address: listen.address.clone(),
+                            slot: None,
+                        });
+                    }
+                }
+            }
+        }
+        wanted
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,264 @@
+//! Inputs about processes: spawned or not, ran the program or not, exited,
+//! group empty, ready, notify messages.
+//!
+//! Each finds its worker (by id for spawn results, by leader pid for the
+//! rest), moves it through its state machine, and marks its app dirty. News
+//! about a process the core no longer knows (a probe that answers after the
+//! exit, a second datagram) is a no-op.
+
+use std::time::Instant;
+
+use nix::sys::signal::Signal;
+
+use super::worker::{Exit, StartError, StopEnd, WorkerId};
+use super::{Action, App, Core, Event, Instance, ReadyVia};
+use crate::spec::Readiness;
+
+impl Core {
+    /// The worker of leader `pid`, with its app, mutably.
+    fn by_pid(&mut self, pid: i32) -> Option<(&mut App, WorkerId)> {
+        let (name, id) = self.pids.get(&pid)?;
+        let app = self.apps.get_mut(name)?;
+        app.workers.contains_key(id).then_some((app, *id))
+    }
+
+    pub(super) fn spawned(&mut self, name: &str, id: WorkerId, pid: i32, now: Instant) {
+        let worker = self
+            .apps
+            .get_mut(name)
+            .and_then(|app| app.workers.get_mut(&id));
+        let result = match worker {
+            Some(worker) => worker.spawned(pid, now).map_err(|r| r.to_string()),
+            None => Err(format!("{name}: spawned pid {pid} for unknown worker {id}")),
+        };
+        if let Err(error) = result {
+            // A process nobody waits for must not live on.
+            self.emit(Action::Signal {
+                pgid: pid,
+                signal: Signal::SIGKILL,
+            });
+            return self.anomaly(error);
+        }
+        self.pids.insert(pid, (name.to_string(), id));
+        let Some(app) = self.apps.get_mut(name) else {
+            return;
+        };
+        app.dirty = true;
+        let Some(worker) = app.workers.get(&id) else {
+            return;
+        };
+        let instance = Instance::of(&app.spec.name, worker);
+        self.report(Event::Spawned { instance, pid });
+    }
+
+    pub(super) fn spawn_failed(
+        &mut self,
+        name: &str,
+        id: WorkerId,
+        error: StartError,
+        detail: String,
+        now: Instant,
+    ) {
+        let Some(app) = self.apps.get_mut(name) else {
+            return;
+        };
+        let rules = app.spec.restart_rules();
+        let Some(worker) = app.workers.get_mut(&id) else {
+            return;
+        };
+        match worker.spawn_failed(error, now, &rules) {
+            Ok(decision) => {
+                app.dirty = true;
+                let instance = Instance::of(&app.spec.name, worker);
+                self.report(Event::StartFailed {
+                    instance,
+                    pid: None,
+                    error,
+                    detail: Some(detail),
+                    decision,
+                });
+            }
+            Err(refused) => self.anomaly(refused.to_string()),
+        }
+    }
+
+    pub(super) fn exec_succeeded(&mut self, pid: i32) {
+        let Some((app, id)) = self.by_pid(pid) else {
+            return;
+        };
+        let Some(worker) = app.workers.get_mut(&id) else {
+            return;
+        };
+        match worker.exec_succeeded() {
+            Ok(changed) => app.dirty |= changed,
+            Err(refused) => self.ignored(refused),
+        }
+    }
+
+    pub(super) fn exited(
+        &mut self,
+        pid: i32,
+        exit: Exit,
+        start_error: Option<StartError>,
+        now: Instant,
+    ) {
+        let Some((app, id)) = self.by_pid(pid) else {
+            // An adopted descendant of a worker (we are a subreaper), or a
+            // process whose worker is already gone: reaped, nothing else.
+            return;
+        };
+        let rules = app.spec.restart_rules();
+        let Some(worker) = app.workers.get_mut(&id) else {
+            return;
+        };
+        let started = worker.state.started();
+        let result = worker.exited(exit, start_error, now, &rules);
+        let instance = Instance::of(&app.spec.name, worker);
+        app.dirty = true;
+        match result {
+            Ok(Some(decision)) => {
+                // The run is over: its group goes with it.
+                self.pids.remove(&pid);
+                self.emit(Action::CancelProbe { pid });
+                self.emit(Action::ReleaseGroup {
+                    pgid: pid,
+                    kill_leftovers: true,
+                    instance: instance.clone(),
+                });
+                let ran =
+                    started.map_or_else(Default::default, |t| now.saturating_duration_since(t));
+                self.report(match start_error {
+                    Some(error) => Event::StartFailed {
+                        instance,
+                        pid: Some(pid),
+                        error,
+                        detail: None,
+                        decision,
+                    },
+                    None => Event::Exited {
+                        instance,
+                        pid,
+                        exit,
+                        ran,
+                        decision,
+                    },
+                });
+            }
+            // Stopping: the stop ends when the whole group is empty.
+            Ok(None) => {
+                self.draining.insert(pid);
+            }
+            Err(refused) => self.ignored(refused),
+        }
+    }
+
+    pub(super) fn group_empty(&mut self, pgid: i32, now: Instant) {
+        let Some((app, id)) = self.by_pid(pgid) else {
+            self.draining.remove(&pgid);
+            return;
+        };
+        let rules = app.spec.restart_rules();
+        let Some(worker) = app.workers.get_mut(&id) else {
+            return;
+        };
+        let stopping = worker.state.clone();
+        let result = worker.group_empty(now, &rules);
+        let instance = Instance::of(&app.spec.name, worker);
+        let end = match result {
+            Ok(end) => end,
+            Err(refused) => return self.ignored(refused),
+        };
+        if end == StopEnd::Remove {
+            app.workers.remove(&id);
+            app.prune_definitions();
+        }
+        app.dirty = true;
+        self.pids.remove(&pgid);
+        self.draining.remove(&pgid);
+        self.emit(Action::ReleaseGroup {
+            pgid,
+            kill_leftovers: false,
+            instance: instance.clone(),
+        });
+        self.emit(Action::SweepSockets);
+        if let super::worker::State::Stopping {
+            since,
+            killed,
+            leader_exit,
+            ..
+        } = stopping
+        {
+            self.report(Event::Stopped {
+                instance,
+                pid: pgid,
+                killed,
+                leader_exit,
+                took: now.saturating_duration_since(since),
+                end,
+            });
+        }
+    }
+
+    /// Worker of process `pid` is ready (`via` says how we know).
+    pub(super) fn ready(&mut self, pid: i32, via: ReadyVia, now: Instant) {
+        let Some((app, id)) = self.by_pid(pid) else {
+            return;
+        };
+        let Some(worker) = app.workers.get_mut(&id) else {
+            return;
+        };
+        let started = worker.state.started();
+        if let Err(refused) = worker.ready(now) {
+            return self.ignored(refused);
+        }
+        app.dirty = true;
+        let instance = Instance::of(&app.spec.name, worker);
+        self.report(Event::Ready {
+            instance,
+            pid,
+            via,
+            after: started.map_or_else(Default::default, |t| now.saturating_duration_since(t)),
+        });
+    }
+
+    /// A notify datagram from the group of leader `leader`, sent by `uid`.
+    pub(super) fn notified(
+        &mut self,
+        leader: i32,
+        uid: u32,
+        ready: bool,
+        status: Option<String>,
+        now: Instant,
+    ) {
+        let own_uid = self.own_uid;
+        let Some((app, id)) = self.by_pid(leader) else {
+            return;
+        };
+        let Some(worker) = app.workers.get(&id) else {
+            return;
+        };
+        let expected = app
+            .definitions
+            .get(&worker.generation)
+            .and_then(|d| d.identity.as_ref().map(|i| i.uid))
+            .unwrap_or(own_uid);
+        if uid != expected && uid != 0 {
+            let event = Event::ForeignNotify {
+                app: app.spec.name.clone(),
+                pid: leader,
+                uid,
+                expected,
+            };
+            return self.report(event);
+        }
+        let notify_ready = app.spec.ready == Readiness::Notify;
+        if let Some(text) = status
+            && let Some(worker) = app.workers.get_mut(&id)
+        {
+            worker.status_text = Some(text);
+        }
+        if ready && notify_ready {
+            self.ready(leader, ReadyVia::Notify, now);
+        }
+    }
+}

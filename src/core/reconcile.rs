@@ -1,0 +1,429 @@
+//! `reconcile(target, workers, now) -> steps`: the supervisor's brain, pure.
+//!
+//! Level-triggered, like a Kubernetes controller: it looks at the whole state
+//! of one app every time and says what to do next, so a missed or duplicated
+//! event cannot leave drift. The core applies the steps, which changes the
+//! workers; it then reconciles again until no step is left, and sleeps until
+//! [`Plan::wake_at`] or the next input.
+//!
+//! Rules, for an app of `N` instances at generation `G` (the current version of
+//! its process definition), with `max_surge` s and `max_unavailable` u:
+//! - slots `0..N` each get a worker of generation `G`; workers of slots `>= N`
+//!   are stopped, highest slot first;
+//! - a worker in backoff is started again when its delay is over; readiness by
+//!   delay (and `none`) and `ready_timeout` are decided here, and only once
+//!   `exec` succeeded (notify and probes arrive as inputs);
+//! - a stop that outlives `kill_timeout` becomes a SIGKILL;
+//! - outdated workers (generation < `G`) are replaced slot by slot: the new one
+//!   is created while at most `N + s` workers exist (draining ones included),
+//!   and the old one is stopped once its replacement is ready — or earlier, when
+//!   more than `N − u` ready workers remain. An outdated worker that does not
+//!   serve (starting, backing off) is superseded at once: a definition that
+//!   changes again mid-rollout stops the replacements in flight and rolls the
+//!   newest one out, within the same bounds;
+//! - a replacement that fails — crashes, is not ready in time, or ends its
+//!   run (even with exit 0) before it took over its slot — halts the
+//!   rollout: it is removed, the old workers keep serving (and restarting
+//!   with their own definition), and nothing more is replaced until the next
+//!   generation;
+//! - with `recreate` (a listen address that overlaps the old one), every
+//!   outdated worker is stopped first and the new ones start once all are gone;
+//! - while shutting down, every process is stopped and nothing starts.
+//!
+//! One call costs O(N log N) for N workers: they are grouped by slot once.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use super::worker::{AfterStop, Outcome, State, Worker, WorkerId};
+use crate::spec::{AppSpec, Readiness};
+
+/// An app's workers, by id (ids grow: oldest first).
+pub type Workers = BTreeMap<WorkerId, Worker>;
+
+/// The desired state of one app, as reconcile needs it.
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    pub spec: &'a AppSpec,
+    /// The current generation of the app's process definition.
+    pub generation: u64,
+    /// The rollout to this generation was halted by a failed replacement.
+    pub rollout_halted: bool,
+    /// Replace by stopping every outdated worker first and starting the new
+    /// ones after (an overlapping listen address cannot be bound by both).
+    pub recreate: bool,
+    /// The supervisor is shutting down (or the app was removed from the file):
+    /// stop everything, start nothing.
+    pub winding_down: bool,
+}
+
+/// Why a worker is being stopped (for the log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// Its slot is above the desired instance count.
+    ScaleDown,
+    /// Replaced by a worker of the current generation.
+    Outdated,
+    /// Not ready within `ready_timeout`.
+    NotReady,
+    /// The supervisor is shutting down, or the app left the file.
+    WindDown,
+    /// A command: `restart` or `stop`.
+    Command,
+}
+
+impl StopReason {
+    pub fn describe(self) -> &'static str {
+        match self {
+            StopReason::ScaleDown => "scale down",
+            StopReason::Outdated => "replaced",
+            StopReason::NotReady => "not ready in time",
+            StopReason::WindDown => "shutdown",
+            StopReason::Command => "command",
+        }
+    }
+}
+
+/// One thing to do to an app's workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Add a worker for `slot` at the current generation (it starts on the next pass).
+    Create { slot: u32, generation: u64 },
+    /// Start the process of a pending worker, or restart one whose backoff is over.
+    Start { id: WorkerId },
+    /// The worker's readiness delay passed (or readiness is `none`).
+    MarkReady { id: WorkerId },
+    /// Send the stop signal to the worker's process group.
+    Stop {
+        id: WorkerId,
+        reason: StopReason,
+        then: AfterStop,
+    },
+    /// `kill_timeout` passed: SIGKILL the worker's process group.
+    Kill { id: WorkerId },
+    /// Forget a worker that has no process.
+    Remove { id: WorkerId },
+    /// A replacement failed: stop replacing until the next generation.
+    HaltRollout { generation: u64, slot: u32 },
+}
+
+/// What to do now, and when to look again if nothing happens before.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub steps: Vec<Step>,
+    pub wake_at: Option<Instant>,
+}
+
+impl Plan {
+    fn wake(&mut self, at: Instant) {
+        self.wake_at = Some(self.wake_at.map_or(at, |w| w.min(at)));
+    }
+}
+
+/// A process exists, or is being created.
+fn has_process(worker: &Worker) -> bool {
+    worker.state.pid().is_some() || worker.state == State::Spawning
+}
+
+/// Does the worker (still) stand for a process, now or soon? Counts toward `N + s`.
+fn occupies(worker: &Worker) -> bool {
+    !matches!(worker.state, State::Failed | State::Exited | State::Held)
+}
+
+/// Stopping for good (not to restart or count a failure in its slot).
+fn leaving(worker: &Worker) -> bool {
+    matches!(
+        worker.state,
+        State::Stopping {
+            then: AfterStop::Remove,
+            ..
+        }
+    )
+}
+
+/// The workers of one wanted slot.
+#[derive(Default)]
+struct Slot<'a> {
+    /// The worker of the current generation (at most one stands for a slot).
+    current: Option<&'a Worker>,
+    /// Workers of older generations, oldest first.
+    outdated: Vec<&'a Worker>,
+}
+
+/// Decide the next steps for one app.
+pub fn reconcile(target: Target<'_>, workers: &Workers, now: Instant) -> Plan {
+    let mut plan = Plan::default();
+    for worker in workers.values() {
+        if let State::Stopping {
+            deadline,
+            killed: false,
+            ..
+        } = worker.state
+        {
+            if now >= deadline {
+                plan.steps.push(Step::Kill { id: worker.id });
+            } else {
+                plan.wake(deadline);
+            }
+        }
+    }
+    if target.winding_down {
+        wind_down(workers, &mut plan);
+        return plan;
+    }
+
+    let spec = target.spec;
+    let desired = spec.instances;
+    let generation = target.generation;
+
+    // Above the desired count: stop (highest slot first) or forget.
+    let mut surplus: Vec<&Worker> = workers
+        .values()
+        .filter(|w| w.slot >= desired && !w.state.is_stopping() && w.state != State::Spawning)
+        .collect();
+    surplus.sort_by_key(|w| std::cmp::Reverse(w.slot));
+    for worker in surplus {
+        plan.steps.push(if worker.state.is_running() {
+            Step::Stop {
+                id: worker.id,
+                reason: StopReason::ScaleDown,
+                then: AfterStop::Remove,
+            }
+        } else {
+            Step::Remove { id: worker.id }
+        });
+    }
+
+    // The workers that stand for a wanted slot: all but those stopping for
+    // good (one stopping after a failed start still holds its slot).
+    let mut slots: BTreeMap<u32, Slot<'_>> = BTreeMap::new();
+    let mut has_outdated = false;
+    let mut ready = 0usize;
+    for worker in workers.values().filter(|w| w.slot < desired && !leaving(w)) {
+        let slot = slots.entry(worker.slot).or_default();
+        if worker.generation >= generation {
+            slot.current = Some(worker);
+        } else {
+            slot.outdated.push(worker);
+            has_outdated = true;
+        }
+        ready += usize::from(worker.state.is_ready());
+    }
+    // A replacement failed: it crashed or was not ready in time, or its run
+    // ended (even with exit 0) before it could take over its slot.
+    let failed_replacement = slots.iter().find_map(|(number, slot)| {
+        let current = slot.current?;
+        let outcome = current.last_outcome?;
+        (outcome.is_failure() || !slot.outdated.is_empty()).then_some(*number)
+    });
+    // While any outdated worker exists (draining ones included), creating is
+    // bounded by `N + max_surge`.
+    let rolling = workers.values().any(|w| w.generation < generation);
+    let mut halted = target.rollout_halted;
+
+    // A replacement that failed (crashed, or not ready in time) while old
+    // workers still exist halts the rollout.
+    if has_outdated
+        && !halted
+        && let Some(slot) = failed_replacement
+    {
+        plan.steps.push(Step::HaltRollout { generation, slot });
+        halted = true;
+    }
+
+    // Workers that are or will be processes: running or draining anywhere, plus
+    // pending or backing-off ones in wanted slots.
+    let mut occupied = workers
+        .values()
+        .filter(|w| has_process(w) || (w.slot < desired && occupies(w)))
+        .count();
+    let limit = desired as usize + spec.reload.max_surge as usize;
+    let floor = (desired as usize).saturating_sub(spec.reload.max_unavailable as usize);
+
+    let empty = Slot::default();
+    for number in 0..desired {
+        let slot = slots.get(&number).unwrap_or(&empty);
+        let outdated = &slot.outdated;
+        if let Some(worker) = slot.current {
+            let replacing = !outdated.is_empty();
+            if halted && replacing && worker.last_outcome.is_some() {
+                // The failed replacement goes; the old worker keeps serving.
+                retire(worker, &mut plan);
+                continue;
+            }
+            drive(worker, spec, now, !rolling || occupied <= limit, &mut plan);
+            if worker.state.is_ready() {
+                for old in outdated {
+                    ready -= usize::from(retire(old, &mut plan));
+                }
+            } else if !halted {
+                supersede(outdated, &mut plan, &mut occupied, &mut ready);
+            } else {
+                // Halted: old workers keep serving, but one that neither
+                // serves nor restarts (held, failed, exited) gives way.
+                for old in outdated {
+                    if matches!(old.state, State::Held | State::Failed | State::Exited) {
+                        plan.steps.push(Step::Remove { id: old.id });
+                    }
+                }
+            }
+            continue;
+        }
+        if outdated.is_empty() {
+            if target.recreate && rolling {
+                // Old workers are still draining and hold the old socket.
+                continue;
+            }
+            if occupied < limit || !rolling {
+                plan.steps.push(Step::Create {
+                    slot: number,
+                    generation,
+                });
+                occupied += 1;
+            }
+            continue;
+        }
+        if halted {
+            // Old workers keep serving, and restarting with their own
+            // definition, until the next generation.
+            for old in outdated {
+                drive(old, spec, now, occupied <= limit, &mut plan);
+            }
+            continue;
+        }
+        if target.recreate {
+            for old in outdated {
+                ready -= usize::from(retire(old, &mut plan));
+            }
+            continue;
+        }
+        supersede(outdated, &mut plan, &mut occupied, &mut ready);
+        if occupied < limit {
+            plan.steps.push(Step::Create {
+                slot: number,
+                generation,
+            });
+            occupied += 1;
+        } else if let Some(old) = outdated.iter().find(|w| w.state.is_ready())
+            && ready > floor
+        {
+            // Make room: within max_unavailable, the old one goes first.
+            ready -= usize::from(retire(old, &mut plan));
+        }
+    }
+    plan
+}
+
+/// Outdated workers that do not serve make way at once: starting ones are
+/// stopped, those without a process are forgotten. Ready ones stay until
+/// their replacement is ready (or room is needed within `max_unavailable`).
+fn supersede(outdated: &[&Worker], plan: &mut Plan, occupied: &mut usize, ready: &mut usize) {
+    for old in outdated {
+        match old.state {
+            State::Ready { .. } | State::Stopping { .. } | State::Spawning => {}
+            State::Starting { .. } => {
+                *ready -= usize::from(retire(old, plan));
+            }
+            State::Pending | State::Backoff { .. } => {
+                plan.steps.push(Step::Remove { id: old.id });
+                *occupied = occupied.saturating_sub(1);
+            }
+            State::Failed | State::Exited | State::Held => {
+                plan.steps.push(Step::Remove { id: old.id });
+            }
+        }
+    }
+}
+
+/// Shutting down: stop every process, forget every worker without one.
+fn wind_down(workers: &Workers, plan: &mut Plan) {
+    for worker in workers.values() {
+        match worker.state {
+            State::Starting { .. } | State::Ready { .. } => plan.steps.push(Step::Stop {
+                id: worker.id,
+                reason: StopReason::WindDown,
+                then: AfterStop::Remove,
+            }),
+            State::Stopping { .. } | State::Spawning => {}
+            State::Pending
+            | State::Backoff { .. }
+            | State::Failed
+            | State::Held
+            | State::Exited => plan.steps.push(Step::Remove { id: worker.id }),
+        }
+    }
+}
+
+/// Stop a worker that has a process; forget one that has none.
+/// Returns whether a ready worker was taken away.
+fn retire(old: &Worker, plan: &mut Plan) -> bool {
+    if old.state.is_running() {
+        plan.steps.push(Step::Stop {
+            id: old.id,
+            reason: StopReason::Outdated,
+            then: AfterStop::Remove,
+        });
+    } else if !old.state.is_stopping() && old.state != State::Spawning {
+        plan.steps.push(Step::Remove { id: old.id });
+    }
+    old.state.is_ready()
+}
+
+/// Keep one worker moving: start it (when `may_start`: a rollout already at
+/// `N + max_surge` processes waits), restart it after backoff, decide
+/// readiness.
+fn drive(worker: &Worker, spec: &AppSpec, now: Instant, may_start: bool, plan: &mut Plan) {
+    match worker.state {
+        State::Pending if may_start => plan.steps.push(Step::Start { id: worker.id }),
+        State::Backoff { until } => {
+            if now < until {
+                plan.wake(until);
+            } else if may_start {
+                plan.steps.push(Step::Start { id: worker.id });
+            }
+        }
+        State::Starting {
+            since,
+            exec_confirmed,
+            ..
+        } => {
+            let ready_after = match spec.ready {
+                Readiness::Immediate => Some(Duration::ZERO),
+                Readiness::Delay(delay) => Some(delay),
+                Readiness::Notify | Readiness::Probe(_) => None,
+            };
+            if let Some(after) = ready_after {
+                // Only a process that runs the program can be ready: the
+                // exec result (an input) wakes this app again.
+                if now >= since + after {
+                    if exec_confirmed {
+                        plan.steps.push(Step::MarkReady { id: worker.id });
+                        return;
+                    }
+                } else {
+                    plan.wake(since + after);
+                }
+            }
+            let timeout = since + spec.ready_timeout;
+            if now >= timeout {
+                plan.steps.push(Step::Stop {
+                    id: worker.id,
+                    reason: StopReason::NotReady,
+                    then: AfterStop::Failed(Outcome::NotReady),
+                });
+            } else {
+                plan.wake(timeout);
+            }
+        }
+        State::Pending
+        | State::Spawning
+        | State::Ready { .. }
+        | State::Stopping { .. }
+        | State::Failed
+        | State::Exited
+        | State::Held => {}
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,142 @@
+//! The core on its own: inputs in, actions out, no processes.
+
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::core::commands::Order;
+use crate::core::worker::StartStage;
+use crate::spec::AppSpec;
+
+fn core_with(apps: Vec<AppSpec>, now: Instant) -> Core {
+    let desired = Desired {
+        source: "/srv/ecosystem.yaml".into(),
+        apps,
+    };
+    Core::new(&desired, 1000, now)
+}
+
+fn spawns(actions: &[Action]) -> Vec<(String, WorkerId)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Spawn(order) => Some((order.app.clone(), order.id)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn the_first_convergence_orders_one_spawn_per_slot_and_waits_for_the_results() {
+    let t0 = Instant::now();
+    let mut core = core_with(vec![AppSpec::with_defaults("web", &["server"], 3)], t0);
+    core.converge(t0);
+    let actions = core.take_actions();
+    assert_eq!(spawns(&actions).len(), 3);
+    // Until the results come, nothing more is ordered.
+    core.input(Input::Tick, t0);
+    core.converge(t0);
+    assert!(spawns(&core.take_actions()).is_empty());
+    for (i, (app, id)) in spawns(&actions).into_iter().enumerate() {
+        core.input(
+            Input::Spawned {
+                app,
+                id,
+                pid: 100 + i as i32,
+            },
+            t0,
+        );
+    }
+    core.converge(t0);
+    let app = core.app("web").unwrap();
+    assert!(app.workers.values().all(|w| w.state.pid().is_some()));
+}
+
+#[test]
+fn a_failed_spawn_backs_off_and_is_reported() {
+    let t0 = Instant::now();
+    let mut core = core_with(vec![AppSpec::with_defaults("web", &["server"], 1)], t0);
+    core.converge(t0);
+    let (app, id) = spawns(&core.take_actions()).remove(0);
+    let error = StartError {
+        stage: StartStage::Fork,
+        errno: libc::EAGAIN,
+    };
+    core.input(
+        Input::SpawnFailed {
+            app,
+            id,
+            error,
+            detail: "fork failed".into(),
+        },
+        t0,
+    );
+    core.converge(t0);
+    let actions = core.take_actions();
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::Report(Event::StartFailed { .. })))
+    );
+    assert_eq!(core.next_wake(), t0 + Duration::from_millis(100));
+}
+
+#[test]
+fn late_and_unknown_news_is_a_no_op() {
+    let t0 = Instant::now();
+    let mut core = core_with(vec![AppSpec::with_defaults("web", &["server"], 1)], t0);
+    for input in [
+        Input::ExecSucceeded { pid: 4242 },
+        Input::ProbeSucceeded { pid: 4242 },
+        Input::GroupEmpty { pgid: 4242 },
+        Input::Exited {
+            pid: 4242,
+            exit: Exit::Code(0),
+            start_error: None,
+        },
+        Input::Notified {
+            leader: 4242,
+            uid: 0,
+            ready: true,
+            status: None,
+        },
+    ] {
+        core.input(input, t0);
+    }
+    core.converge(t0);
+    assert_eq!(core.anomalies(), 0);
+}
+
+#[test]
+fn a_spawn_result_for_a_worker_that_is_not_spawning_kills_the_process() {
+    let t0 = Instant::now();
+    let mut core = core_with(vec![AppSpec::with_defaults("web", &["server"], 1)], t0);
+    core.input(
+        Input::Spawned {
+            app: "web".into(),
+            id: 77,
+            pid: 555,
+        },
+        t0,
+    );
+    let actions = core.take_actions();
+    assert!(
+        actions.iter().any(
+            |a| matches!(a, Action::Signal { pgid: 555, signal } if *signal == Signal::SIGKILL)
+        )
+    );
+    assert_eq!(core.anomalies(), 1, "a shell bug, counted, never a panic");
+}
+
+#[test]
+fn shutdown_is_a_phase_commands_are_refused_and_nothing_starts() {
+    let t0 = Instant::now();
+    let mut core = core_with(vec![AppSpec::with_defaults("web", &["server"], 2)], t0);
+    core.input(Input::Shutdown { why: "SIGTERM" }, t0);
+    core.converge(t0);
+    assert!(spawns(&core.take_actions()).is_empty());
+    assert!(core.finished());
+    assert!(
+        core.command(Order::Reload { app: "web".into() }, t0)
+            .is_err()
+    );
+}

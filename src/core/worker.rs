@@ -1,0 +1,719 @@
+//! One instance's lifecycle as an explicit state machine.
+//!
+//! ```text
+//!                     spawn ok            exec ok / ready          stop
+//! Pending ─▶ Spawning ────────▶ Starting ───────────────▶ Ready ─────────▶ Stopping
+//!    ▲           │ spawn failed    │ exit                   │ exit            │ group empty
+//!    │           ▼                 ▼                        ▼                 ▼
+//!    └─(backoff over)─ Backoff ◀────────── restart policy ──────────▶ Failed | Exited
+//!                                                                     (or Held, Pending, gone)
+//! ```
+//!
+//! A *worker* is a slot's line of processes running one generation of the
+//! app's definition: when its process crashes the same worker restarts it
+//! after a backoff; when the definition changes a new worker replaces it.
+//!
+//! Every state change goes through [`Worker::enter`], which checks it against
+//! [`ALLOWED`], a table in the style of Horust's: `A ← [B, C]` means A may be
+//! entered only from B or C. An input that the current state does not accept
+//! (a probe result for a process that already exited, a second exit, a stop of
+//! a worker without a process) is refused with a [`Refused`] value — the
+//! caller logs it and nothing changes. It never panics and never leaves a
+//! worker half-moved. Time is passed in: nothing here reads a clock or touches
+//! a process.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use crate::backoff;
+use crate::spec::{BackoffPolicy, MaxRestarts, RestartPolicy};
+
+/// Identifies a worker for the supervisor's whole life (never reused).
+pub type WorkerId = u64;
+
+/// How a process ended, as `waitpid` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Code(i32),
+    Signal { signal: i32, core: bool },
+}
+
+impl fmt::Display for Exit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Exit::Code(code) => write!(f, "exited with code {code}"),
+            Exit::Signal { signal, core } => {
+                let name = nix::sys::signal::Signal::try_from(*signal)
+                    .map(|s| s.as_str().to_string())
+                    .unwrap_or_else(|_| format!("signal {signal}"));
+                write!(
+                    f,
+                    "killed by {name}{}",
+                    if *core { " (core dumped)" } else { "" }
+                )
+            }
+        }
+    }
+}
+
+/// The step of starting a process that failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartStage {
+    /// Before the fork: resolving the program, building the environment, a
+    /// listening socket that could not be bound.
+    Prepare,
+    /// `fork` itself (EAGAIN, ENOMEM).
+    Fork,
+    /// Joining the instance's cgroup.
+    Cgroup,
+    /// `setgroups`/`setgid`/`setuid` for `user`.
+    Identity,
+    /// Moving stdio and the listening sockets into place.
+    Descriptors,
+    /// `chdir` into `cwd` (a deleted directory, say).
+    Chdir,
+    /// `execve` of the program.
+    Exec,
+}
+
+impl StartStage {
+    /// The code the child writes into its status pipe.
+    pub fn code(self) -> i32 {
+        match self {
+            StartStage::Prepare => 0,
+            StartStage::Fork => 1,
+            StartStage::Cgroup => 2,
+            StartStage::Identity => 3,
+            StartStage::Descriptors => 4,
+            StartStage::Chdir => 5,
+            StartStage::Exec => 6,
+        }
+    }
+
+    /// The stage a status-pipe code names (unknown codes read as `exec`).
+    pub fn from_code(code: i32) -> StartStage {
+        match code {
+            0 => StartStage::Prepare,
+            1 => StartStage::Fork,
+            2 => StartStage::Cgroup,
+            3 => StartStage::Identity,
+            4 => StartStage::Descriptors,
+            5 => StartStage::Chdir,
+            _ => StartStage::Exec,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            StartStage::Prepare => "prepare",
+            StartStage::Fork => "fork",
+            StartStage::Cgroup => "cgroup",
+            StartStage::Identity => "setuid",
+            StartStage::Descriptors => "dup2",
+            StartStage::Chdir => "chdir",
+            StartStage::Exec => "exec",
+        }
+    }
+}
+
+/// Why a process could not be started: the stage and its errno.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StartError {
+    pub stage: StartStage,
+    pub errno: i32,
+}
+
+impl fmt::Display for StartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: {}",
+            self.stage.name(),
+            nix::errno::Errno::from_raw(self.errno).desc()
+        )
+    }
+}
+
+/// What ended a run of the worker's process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The process exited (or was killed) on its own.
+    Exited(Exit),
+    /// The process could not be started.
+    StartFailed(StartError),
+    /// It did not become ready within `ready_timeout` and was stopped.
+    NotReady,
+}
+
+impl Outcome {
+    /// Whether `restart: on-failure` restarts after this.
+    pub fn is_failure(&self) -> bool {
+        !matches!(self, Outcome::Exited(Exit::Code(0)))
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Exited(exit) => exit.fmt(f),
+            Outcome::StartFailed(error) => write!(f, "failed to start: {error}"),
+            Outcome::NotReady => f.write_str("was not ready in time"),
+        }
+    }
+}
+
+/// What happens once a stopping worker's process group is empty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterStop {
+    /// The worker is no longer wanted (scale down, shutdown, replaced).
+    Remove,
+    /// The run failed (not ready in time): count it and back off.
+    Failed(Outcome),
+    /// `supervise restart`: start again at once, with a fresh backoff.
+    Restart,
+    /// `supervise stop`: stay stopped until `start` (or a change of the app).
+    Hold,
+}
+
+/// How a stop ended, once the group is empty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopEnd {
+    /// Forget the worker.
+    Remove,
+    /// The failed run was counted: the restart decision.
+    Decided(Decision),
+    /// Pending again (a restart command).
+    Restart,
+    /// Held (a stop command).
+    Held,
+}
+
+/// The states of [`Worker`], with the data valid in each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    /// Created; its first process is about to be started.
+    Pending,
+    /// The spawn was ordered; its result (a pid or an error) comes next.
+    Spawning,
+    /// Running, not ready yet.
+    Starting {
+        pid: i32,
+        since: Instant,
+        /// `exec` succeeded: the program, not a forked copy of us, runs.
+        exec_confirmed: bool,
+    },
+    /// Running and ready.
+    Ready {
+        pid: i32,
+        started: Instant,
+        since: Instant,
+    },
+    /// Told to stop; done when its whole process group is empty.
+    Stopping {
+        pid: i32,
+        since: Instant,
+        /// When SIGKILL goes to the group.
+        deadline: Instant,
+        killed: bool,
+        /// How the leader ended, once reaped (the group may still have members).
+        leader_exit: Option<Exit>,
+        then: AfterStop,
+    },
+    /// Waiting to restart.
+    Backoff { until: Instant },
+    /// Gave up: `max_restarts` exceeded. Restarts only on a definition change or command.
+    Failed,
+    /// Stopped by `supervise stop`; starts again on `start` or a change of its app.
+    Held,
+    /// Ended and the restart policy says not to restart (`never`, or `on-failure` after exit 0).
+    Exited,
+}
+
+/// The name of a state, without its data: what [`ALLOWED`] is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Pending,
+    Spawning,
+    Starting,
+    Ready,
+    Stopping,
+    Backoff,
+    Failed,
+    Held,
+    Exited,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 9] = [
+        Kind::Pending,
+        Kind::Spawning,
+        Kind::Starting,
+        Kind::Ready,
+        Kind::Stopping,
+        Kind::Backoff,
+        Kind::Failed,
+        Kind::Held,
+        Kind::Exited,
+    ];
+}
+
+/// `(A, [B, C])`: state A may be entered only from B or C. Staying in a state
+/// with new data (a stop that records its leader's exit) is not a transition.
+pub const ALLOWED: &[(Kind, &[Kind])] = &[
+    (Kind::Spawning, &[Kind::Pending, Kind::Backoff]),
+    (Kind::Starting, &[Kind::Spawning]),
+    (Kind::Ready, &[Kind::Starting]),
+    (Kind::Stopping, &[Kind::Starting, Kind::Ready]),
+    (
+        Kind::Backoff,
+        &[Kind::Spawning, Kind::Starting, Kind::Ready, Kind::Stopping],
+    ),
+    (
+        Kind::Failed,
+        &[Kind::Spawning, Kind::Starting, Kind::Ready, Kind::Stopping],
+    ),
+    (
+        Kind::Exited,
+        &[Kind::Spawning, Kind::Starting, Kind::Ready, Kind::Stopping],
+    ),
+    (
+        Kind::Held,
+        &[
+            Kind::Pending,
+            Kind::Backoff,
+            Kind::Failed,
+            Kind::Exited,
+            Kind::Stopping,
+        ],
+    ),
+    (
+        Kind::Pending,
+        &[
+            Kind::Backoff,
+            Kind::Failed,
+            Kind::Exited,
+            Kind::Held,
+            Kind::Stopping,
+        ],
+    ),
+];
+
+/// Whether [`ALLOWED`] lets a worker go from `from` to `to`.
+pub fn allowed(from: Kind, to: Kind) -> bool {
+    ALLOWED
+        .iter()
+        .any(|(target, sources)| *target == to && sources.contains(&from))
+}
+
+impl State {
+    pub fn kind(&self) -> Kind {
+        match self {
+            State::Pending => Kind::Pending,
+            State::Spawning => Kind::Spawning,
+            State::Starting { .. } => Kind::Starting,
+            State::Ready { .. } => Kind::Ready,
+            State::Stopping { .. } => Kind::Stopping,
+            State::Backoff { .. } => Kind::Backoff,
+            State::Failed => Kind::Failed,
+            State::Held => Kind::Held,
+            State::Exited => Kind::Exited,
+        }
+    }
+
+    /// The leader's pid while a process exists.
+    pub fn pid(&self) -> Option<i32> {
+        match self {
+            State::Starting { pid, .. }
+            | State::Ready { pid, .. }
+            | State::Stopping { pid, .. } => Some(*pid),
+            _ => None,
+        }
+    }
+
+    /// Starting or ready: a process that serves or is about to.
+    pub fn is_running(&self) -> bool {
+        matches!(self, State::Starting { .. } | State::Ready { .. })
+    }
+
+    pub fn is_ready(&self) -> bool {
+        matches!(self, State::Ready { .. })
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        matches!(self, State::Stopping { .. })
+    }
+
+    /// When the current process was started, while there is one.
+    pub fn started(&self) -> Option<Instant> {
+        match self {
+            State::Starting { since, .. } => Some(*since),
+            State::Ready { started, .. } => Some(*started),
+            _ => None,
+        }
+    }
+
+    /// The name `status` shows.
+    pub fn name(&self) -> &'static str {
+        match self {
+            State::Pending => "pending",
+            State::Spawning | State::Starting { .. } => "starting",
+            State::Ready { .. } => "ready",
+            State::Stopping { .. } => "stopping",
+            State::Backoff { .. } => "backoff",
+            State::Failed => "failed",
+            State::Held => "stopped (held)",
+            State::Exited => "exited",
+        }
+    }
+}
+
+/// The restart settings a decision needs (they may change while a worker runs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RestartRules {
+    pub restart: RestartPolicy,
+    pub backoff: BackoffPolicy,
+    pub max_restarts: Option<MaxRestarts>,
+}
+
+/// What the restart policy decided when a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Restart number `attempt` after `delay`.
+    Restart { attempt: u32, delay: Duration },
+    /// `max_restarts` exceeded: now `Failed`.
+    GiveUp { restarts: u32, within: Duration },
+    /// The policy does not restart this: now `Exited`.
+    Done,
+}
+
+/// An input the worker's state does not accept: a logged no-op.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("worker {id}: {input} refused while {state}")]
+pub struct Refused {
+    pub id: WorkerId,
+    pub input: &'static str,
+    pub state: &'static str,
+}
+
+/// One slot's line of processes for one generation of the app's definition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Worker {
+    pub id: WorkerId,
+    pub slot: u32,
+    pub generation: u64,
+    pub state: State,
+    /// Consecutive failed runs: the backoff attempt number of the last restart.
+    pub attempt: u32,
+    /// Restarts over the worker's life (shown by `status`).
+    pub restarts: u32,
+    /// When the restarts inside the `max_restarts` window happened (at most `count`).
+    recent_restarts: VecDeque<Instant>,
+    pub last_outcome: Option<Outcome>,
+    /// The last `STATUS=` the current process sent over the notify socket.
+    pub status_text: Option<String>,
+}
+
+impl Worker {
+    pub fn new(id: WorkerId, slot: u32, generation: u64) -> Worker {
+        Worker {
+            id,
+            slot,
+            generation,
+            state: State::Pending,
+            attempt: 0,
+            restarts: 0,
+            recent_restarts: VecDeque::new(),
+            last_outcome: None,
+            status_text: None,
+        }
+    }
+
+    fn refuse(&self, input: &'static str) -> Refused {
+        Refused {
+            id: self.id,
+            input,
+            state: self.state.name(),
+        }
+    }
+
+    /// Move to `next` if [`ALLOWED`] permits it from the current state.
+    fn enter(&mut self, next: State, input: &'static str) -> Result<(), Refused> {
+        if !allowed(self.state.kind(), next.kind()) {
+            return Err(self.refuse(input));
+        }
+        self.state = next;
+        Ok(())
+    }
+
+    /// Its process is being started (pending, or its backoff is over).
+    pub fn begin_start(&mut self) -> Result<(), Refused> {
+        self.enter(State::Spawning, "start")
+    }
+
+    /// The process exists.
+    pub fn spawned(&mut self, pid: i32, now: Instant) -> Result<(), Refused> {
+        if self.state != State::Spawning {
+            return Err(self.refuse("spawned"));
+        }
+        self.status_text = None;
+        self.enter(
+            State::Starting {
+                pid,
+                since: now,
+                exec_confirmed: false,
+            },
+            "spawned",
+        )
+    }
+
+    /// No process could be created.
+    pub fn spawn_failed(
+        &mut self,
+        error: StartError,
+        now: Instant,
+        rules: &RestartRules,
+    ) -> Result<Decision, Refused> {
+        if self.state != State::Spawning {
+            return Err(self.refuse("spawn failure"));
+        }
+        self.run_ended(
+            Outcome::StartFailed(error),
+            None,
+            now,
+            rules,
+            "spawn failure",
+        )
+    }
+
+    /// `exec` succeeded: the program runs. Returns whether this changed anything.
+    pub fn exec_succeeded(&mut self) -> Result<bool, Refused> {
+        match &mut self.state {
+            State::Starting { exec_confirmed, .. } => {
+                let changed = !*exec_confirmed;
+                *exec_confirmed = true;
+                Ok(changed)
+            }
+            State::Ready { .. } | State::Stopping { .. } => Ok(false),
+            _ => Err(self.refuse("exec success")),
+        }
+    }
+
+    /// It became ready.
+    pub fn ready(&mut self, now: Instant) -> Result<(), Refused> {
+        let State::Starting { pid, since, .. } = self.state else {
+            return Err(self.refuse("ready"));
+        };
+        self.enter(
+            State::Ready {
+                pid,
+                started: since,
+                since: now,
+            },
+            "ready",
+        )
+    }
+
+    /// Its leader process was reaped (`start_error` when it never ran the
+    /// program). While running, this ends the run and returns the restart
+    /// decision; while stopping, it is recorded and the stop completes when
+    /// the group is empty ([`Worker::group_empty`]).
+    pub fn exited(
+        &mut self,
+        exit: Exit,
+        start_error: Option<StartError>,
+        now: Instant,
+        rules: &RestartRules,
+    ) -> Result<Option<Decision>, Refused> {
+        let outcome = match start_error {
+            Some(error) => Outcome::StartFailed(error),
+            None => Outcome::Exited(exit),
+        };
+        match &mut self.state {
+            State::Starting { .. } => self.run_ended(outcome, None, now, rules, "exit").map(Some),
+            State::Ready { since, .. } => {
+                let since = *since;
+                self.run_ended(outcome, Some(since), now, rules, "exit")
+                    .map(Some)
+            }
+            State::Stopping { leader_exit, .. } if leader_exit.is_none() => {
+                *leader_exit = Some(exit);
+                if start_error.is_some() {
+                    self.last_outcome = Some(outcome);
+                }
+                Ok(None)
+            }
+            _ => Err(self.refuse("exit")),
+        }
+    }
+
+    /// Begin stopping: the caller sends the stop signal to the group.
+    pub fn stop(
+        &mut self,
+        now: Instant,
+        kill_timeout: Duration,
+        then: AfterStop,
+    ) -> Result<(), Refused> {
+        let Some(pid) = self.state.pid().filter(|_| self.state.is_running()) else {
+            return Err(self.refuse("stop"));
+        };
+        self.enter(
+            State::Stopping {
+                pid,
+                since: now,
+                deadline: now + kill_timeout,
+                killed: false,
+                leader_exit: None,
+                then,
+            },
+            "stop",
+        )
+    }
+
+    /// Stop sooner: the deadline moves to `now` if it is later (a second SIGINT).
+    pub fn hurry(&mut self, now: Instant) -> Result<(), Refused> {
+        match &mut self.state {
+            State::Stopping { deadline, .. } => {
+                *deadline = (*deadline).min(now);
+                Ok(())
+            }
+            _ => Err(self.refuse("hurry")),
+        }
+    }
+
+    /// `kill_timeout` changed: a stop in flight gets the new deadline,
+    /// counted from when it began.
+    pub fn retime_stop(&mut self, kill_timeout: Duration) -> Result<(), Refused> {
+        match &mut self.state {
+            State::Stopping {
+                since, deadline, ..
+            } => {
+                *deadline = *since + kill_timeout;
+                Ok(())
+            }
+            _ => Err(self.refuse("retime stop")),
+        }
+    }
+
+    /// `kill_timeout` passed: the caller sends SIGKILL to the group.
+    pub fn killed(&mut self) -> Result<(), Refused> {
+        match &mut self.state {
+            State::Stopping { killed, .. } if !*killed => {
+                *killed = true;
+                Ok(())
+            }
+            _ => Err(self.refuse("kill")),
+        }
+    }
+
+    /// The stopping worker's process group is empty and its leader reaped.
+    pub fn group_empty(&mut self, now: Instant, rules: &RestartRules) -> Result<StopEnd, Refused> {
+        let State::Stopping {
+            leader_exit: Some(_),
+            then,
+            ..
+        } = self.state
+        else {
+            return Err(self.refuse("group empty"));
+        };
+        match then {
+            AfterStop::Remove => Ok(StopEnd::Remove),
+            AfterStop::Failed(outcome) => self
+                .run_ended(outcome, None, now, rules, "group empty")
+                .map(StopEnd::Decided),
+            AfterStop::Restart => {
+                self.enter(State::Pending, "group empty")?;
+                self.attempt = 0;
+                self.recent_restarts.clear();
+                Ok(StopEnd::Restart)
+            }
+            AfterStop::Hold => {
+                self.enter(State::Held, "group empty")?;
+                Ok(StopEnd::Held)
+            }
+        }
+    }
+
+    /// `supervise stop` on a worker without a process: hold it as it is.
+    pub fn hold(&mut self) -> Result<(), Refused> {
+        if self.state == State::Held {
+            return Ok(());
+        }
+        if self.state.pid().is_some() {
+            // A process must be stopped first; its stop then ends held.
+            return Err(self.refuse("hold"));
+        }
+        self.enter(State::Held, "hold")
+    }
+
+    /// Start over (a definition change or a command revives a failed, exited,
+    /// held or backing-off worker).
+    pub fn revive(&mut self) -> Result<(), Refused> {
+        if self.state.pid().is_some() {
+            return Err(self.refuse("revive"));
+        }
+        self.enter(State::Pending, "revive")?;
+        self.attempt = 0;
+        self.recent_restarts.clear();
+        Ok(())
+    }
+
+    /// A run ended: apply the restart policy, backoff and `max_restarts`.
+    /// `ready_since` is when the run became ready, if it did.
+    fn run_ended(
+        &mut self,
+        outcome: Outcome,
+        ready_since: Option<Instant>,
+        now: Instant,
+        rules: &RestartRules,
+        input: &'static str,
+    ) -> Result<Decision, Refused> {
+        let restart = match rules.restart {
+            RestartPolicy::Always => true,
+            RestartPolicy::OnFailure => outcome.is_failure(),
+            RestartPolicy::Never => false,
+        };
+        if !restart {
+            self.enter(State::Exited, input)?;
+            self.last_outcome = Some(outcome);
+            return Ok(Decision::Done);
+        }
+        // The attempt counter resets only after the worker was *ready* for
+        // `reset_after`, never merely because it was started again.
+        if ready_since
+            .is_some_and(|since| now.saturating_duration_since(since) >= rules.backoff.reset_after)
+        {
+            self.attempt = 0;
+        }
+        if let Some(limit) = rules.max_restarts {
+            while self
+                .recent_restarts
+                .front()
+                .is_some_and(|at| now.saturating_duration_since(*at) >= limit.within)
+            {
+                self.recent_restarts.pop_front();
+            }
+            if self.recent_restarts.len() >= limit.count as usize {
+                self.enter(State::Failed, input)?;
+                self.last_outcome = Some(outcome);
+                return Ok(Decision::GiveUp {
+                    restarts: limit.count,
+                    within: limit.within,
+                });
+            }
+        }
+        let attempt = self.attempt.saturating_add(1);
+        let delay = backoff::delay(&rules.backoff, attempt);
+        self.enter(State::Backoff { until: now + delay }, input)?;
+        if rules.max_restarts.is_some() {
+            self.recent_restarts.push_back(now);
+        }
+        self.last_outcome = Some(outcome);
+        self.attempt = attempt;
+        self.restarts = self.restarts.saturating_add(1);
+        Ok(Decision::Restart { attempt, delay })
+    }
+}
+
+#[cfg(test)]
+mod tests;

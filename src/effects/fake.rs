@@ -1,0 +1,397 @@
+//! A deterministic process table: the [`Effects`] the simulation runs the
+//! real [`crate::supervisor::Supervisor`] on (`tests/simulation.rs`).
+//!
+//! Nothing here is random and nothing reads a clock: the driver sets the
+//! time ([`FakeEffects::advance_to`]), says how the next processes behave
+//! ([`FakeEffects::plans`]: a failing exec, a stop signal ignored, a slow
+//! drain, children that outlive their leader) and makes things happen
+//! ([`FakeEffects::crash`]). It models what the supervisor relies on: a
+//! process is a zombie until reaped; its group lives while a member does;
+//! SIGKILL always kills; a process reaped before its exec status was read
+//! waits for it, as on the real system.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::os::fd::RawFd;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+
+use super::spawn::ExecStatus;
+use super::{BindError, Effects, GroupUsage, Reaped, SpawnFailure};
+use crate::core::SpawnOrder;
+use crate::core::worker::{Exit, StartError};
+use crate::spec::{ListenAddress, Readiness, SocketKey};
+
+/// How a fake process behaves.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Behaviour {
+    /// `exec` fails with this.
+    pub exec_error: Option<StartError>,
+    /// The stop signal is ignored (only SIGKILL ends it).
+    pub ignores_stop: bool,
+    /// From the stop signal to the exit.
+    pub stop_delay: Duration,
+    /// Members of its group that outlive the leader…
+    pub leftovers: u32,
+    /// …by this long (unless SIGKILLed).
+    pub leftover_delay: Duration,
+}
+
+/// Where a fake process is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Life {
+    Running,
+    /// Told to stop; exits at `at`.
+    Exiting {
+        at: Instant,
+        exit: Exit,
+    },
+    /// Exited, not reaped yet.
+    Zombie(Exit),
+    Reaped,
+}
+
+/// One process the supervisor started.
+#[derive(Debug, Clone)]
+pub struct FakeProcess {
+    pub pid: i32,
+    pub app: String,
+    pub slot: u32,
+    pub generation: u64,
+    pub readiness: Readiness,
+    pub behaviour: Behaviour,
+    pub life: Life,
+    /// The exec status was reported to the driver (and is due to the supervisor).
+    pub exec_reported: bool,
+    /// The supervisor was told the exec status (`exec_known`).
+    exec_known: bool,
+    /// What the exec status said, once reported.
+    start_error: Option<StartError>,
+    /// Group members left behind by the leader, and when they exit.
+    pub leftovers: u32,
+    pub leftovers_until: Option<Instant>,
+    pub spawned_at: Instant,
+}
+
+impl FakeProcess {
+    /// Running or stopping: not yet exited.
+    pub fn is_alive(&self) -> bool {
+        matches!(self.life, Life::Running | Life::Exiting { .. })
+    }
+
+    /// Its group still has a member (the leader, even as a zombie, or a leftover).
+    fn group_alive(&self, now: Instant) -> bool {
+        !matches!(self.life, Life::Reaped)
+            || (self.leftovers > 0 && self.leftovers_until.is_some_and(|t| t > now))
+    }
+
+    /// Runs the program (exec succeeded).
+    pub fn runs_program(&self) -> bool {
+        self.is_alive() && self.exec_reported && self.behaviour.exec_error.is_none()
+    }
+
+    fn exit(&mut self, exit: Exit, now: Instant) {
+        if self.is_alive() {
+            self.life = Life::Zombie(exit);
+            if self.leftovers > 0 {
+                self.leftovers_until = Some(now + self.behaviour.leftover_delay);
+            }
+        }
+    }
+}
+
+/// The fake world.
+#[derive(Debug)]
+pub struct FakeEffects {
+    now: Instant,
+    next_pid: i32,
+    processes: BTreeMap<i32, FakeProcess>,
+    /// How the next spawned processes behave, in order (then the default).
+    pub plans: VecDeque<Behaviour>,
+    /// While set, spawns fail with this (fork: EAGAIN, say).
+    pub spawn_failure: Option<StartError>,
+    sockets: HashMap<SocketKey, RawFd>,
+    next_fd: RawFd,
+    /// Addresses whose bind fails.
+    pub busy: HashSet<ListenAddress>,
+    /// Every signal sent, in order: `(pgid, signal)`.
+    pub signals: Vec<(i32, Signal)>,
+    /// What was done, in order: `spawn web.0 g2 pid 1004`, `SIGTERM 1001`.
+    pub history: Vec<String>,
+    /// What systemd was told.
+    pub systemd: Vec<String>,
+    probes: HashSet<i32>,
+}
+
+impl FakeEffects {
+    pub fn new(now: Instant) -> FakeEffects {
+        FakeEffects {
+            now,
+            next_pid: 1000,
+            processes: BTreeMap::new(),
+            plans: VecDeque::new(),
+            spawn_failure: None,
+            sockets: HashMap::new(),
+            next_fd: 100,
+            busy: HashSet::new(),
+            signals: Vec::new(),
+            history: Vec::new(),
+            systemd: Vec::new(),
+            probes: HashSet::new(),
+        }
+    }
+
+    /// Move time to `now`: stopping processes whose time came exit.
+    pub fn advance_to(&mut self, now: Instant) {
+        self.now = self.now.max(now);
+        let now = self.now;
+        for process in self.processes.values_mut() {
+            if let Life::Exiting { at, exit } = process.life
+                && at <= now
+            {
+                process.exit(exit, now);
+            }
+        }
+    }
+
+    /// The next moment something happens on its own (an exit, a leftover
+    /// leaving, an exec status due).
+    pub fn next_due(&self) -> Option<Instant> {
+        self.processes
+            .values()
+            .filter_map(|p| match p.life {
+                Life::Exiting { at, .. } => Some(at),
+                _ if !p.exec_reported => Some(p.spawned_at),
+                _ => p.leftovers_until.filter(|t| *t > self.now),
+            })
+            .min()
+    }
+
+    /// Exec statuses due to the supervisor: each process's once. A failed
+    /// exec's process exits 127 at that moment.
+    pub fn due_exec_reports(&mut self) -> Vec<(i32, ExecStatus)> {
+        let now = self.now;
+        let mut reports = Vec::new();
+        for process in self.processes.values_mut() {
+            if process.exec_reported || process.spawned_at > now {
+                continue;
+            }
+            process.exec_reported = true;
+            match process.behaviour.exec_error {
+                Some(error) if process.is_alive() => {
+                    process.start_error = Some(error);
+                    process.exit(Exit::Code(127), now);
+                    reports.push((process.pid, ExecStatus::Failed(error)));
+                }
+                _ => reports.push((process.pid, ExecStatus::Succeeded)),
+            }
+        }
+        reports
+    }
+
+    /// A child exited and is not reaped: SIGCHLD is due.
+    pub fn sigchld_pending(&self) -> bool {
+        self.processes
+            .values()
+            .any(|p| matches!(p.life, Life::Zombie(_)))
+    }
+
+    /// Process `pid` exits on its own, now.
+    pub fn crash(&mut self, pid: i32, exit: Exit) {
+        let now = self.now;
+        if let Some(process) = self.processes.get_mut(&pid) {
+            process.exit(exit, now);
+        }
+    }
+
+    pub fn process(&self, pid: i32) -> Option<&FakeProcess> {
+        self.processes.get(&pid)
+    }
+
+    pub fn processes(&self) -> impl Iterator<Item = &FakeProcess> {
+        self.processes.values()
+    }
+
+    /// Processes with a readiness probe running.
+    pub fn probing(&self) -> impl Iterator<Item = i32> + '_ {
+        self.probes.iter().copied()
+    }
+
+    /// Whether the group `pgid` has a member (for the invariants).
+    pub fn group_exists(&self, pgid: i32) -> bool {
+        self.processes
+            .get(&pgid)
+            .is_some_and(|p| p.group_alive(self.now))
+    }
+
+    /// Sockets bound now.
+    pub fn bound(&self) -> usize {
+        self.sockets.len()
+    }
+}
+
+impl Effects for FakeEffects {
+    fn now(&self) -> Instant {
+        self.now
+    }
+
+    fn spawn(
+        &mut self,
+        order: &SpawnOrder,
+        _sockets: &[(RawFd, ListenAddress)],
+    ) -> Result<i32, SpawnFailure> {
+        if let Some(error) = self.spawn_failure {
+            self.history.push(format!(
+                "spawn {}.{} g{} failed",
+                order.app, order.slot, order.generation
+            ));
+            return Err(SpawnFailure {
+                error,
+                detail: "the simulation refuses this spawn".into(),
+            });
+        }
+        let pid = self.next_pid;
+        self.next_pid += 1;
+        self.history.push(format!(
+            "spawn {}.{} g{} pid {pid}",
+            order.app, order.slot, order.generation
+        ));
+        let behaviour = self.plans.pop_front().unwrap_or_default();
+        let leftovers = behaviour.leftovers;
+        self.processes.insert(
+            pid,
+            FakeProcess {
+                pid,
+                app: order.app.clone(),
+                slot: order.slot,
+                generation: order.generation,
+                readiness: order.readiness.clone(),
+                behaviour,
+                life: Life::Running,
+                exec_reported: false,
+                exec_known: false,
+                start_error: None,
+                leftovers,
+                leftovers_until: None,
+                spawned_at: self.now,
+            },
+        );
+        if matches!(order.readiness, Readiness::Probe(_)) {
+            self.probes.insert(pid);
+        }
+        Ok(pid)
+    }
+
+    fn signal_group(&mut self, pgid: i32, signal: Signal) {
+        self.signals.push((pgid, signal));
+        self.history.push(format!("{} {pgid}", signal.as_str()));
+        let now = self.now;
+        let Some(process) = self.processes.get_mut(&pgid) else {
+            return;
+        };
+        if signal == Signal::SIGKILL {
+            process.leftovers = 0;
+            process.exit(
+                Exit::Signal {
+                    signal: Signal::SIGKILL as i32,
+                    core: false,
+                },
+                now,
+            );
+            return;
+        }
+        let killed_by = Exit::Signal {
+            signal: signal as i32,
+            core: false,
+        };
+        match process.life {
+            // Before exec every disposition is the default: it dies.
+            Life::Running if !process.exec_reported => process.exit(killed_by, now),
+            Life::Running if !process.behaviour.ignores_stop => {
+                process.life = Life::Exiting {
+                    at: now + process.behaviour.stop_delay,
+                    exit: killed_by,
+                };
+            }
+            _ => {}
+        }
+    }
+
+    fn reap(&mut self) -> Option<Reaped> {
+        let process = self
+            .processes
+            .values_mut()
+            .find(|p| matches!(p.life, Life::Zombie(_)) && p.exec_known)?;
+        let Life::Zombie(exit) = process.life else {
+            return None;
+        };
+        process.life = Life::Reaped;
+        self.probes.remove(&process.pid);
+        Some(Reaped {
+            pid: process.pid,
+            exit,
+            start_error: process.start_error,
+        })
+    }
+
+    fn group_alive(&mut self, pgid: i32) -> bool {
+        self.group_exists(pgid)
+    }
+
+    fn kill_leftovers(&mut self, pgid: i32) -> usize {
+        match self.processes.get_mut(&pgid) {
+            Some(process) if process.group_alive(self.now) && process.life == Life::Reaped => {
+                std::mem::take(&mut process.leftovers) as usize
+            }
+            _ => 0,
+        }
+    }
+
+    fn forget_group(&mut self, _pgid: i32) {}
+
+    fn exec_known(&mut self, pid: i32, _error: Option<StartError>) {
+        if let Some(process) = self.processes.get_mut(&pid) {
+            process.exec_known = true;
+        }
+    }
+
+    fn cancel_probe(&mut self, pid: i32) {
+        self.probes.remove(&pid);
+    }
+
+    fn bind(&mut self, key: &SocketKey, _app: &str) -> Result<(RawFd, ListenAddress), BindError> {
+        if self.busy.contains(&key.address) {
+            return Err(BindError {
+                address: key.address.clone(),
+                reason: "Address already in use (simulated)".into(),
+            });
+        }
+        let next = &mut self.next_fd;
+        let fd = *self.sockets.entry(key.clone()).or_insert_with(|| {
+            *next += 1;
+            *next
+        });
+        Ok((fd, key.address.clone()))
+    }
+
+    fn retain_sockets(&mut self, wanted: &HashSet<SocketKey>) -> Vec<SocketKey> {
+        let gone: Vec<SocketKey> = self
+            .sockets
+            .keys()
+            .filter(|k| !wanted.contains(*k))
+            .cloned()
+            .collect();
+        for key in &gone {
+            self.sockets.remove(key);
+        }
+        gone
+    }
+
+    fn notify_systemd(&mut self, state: &str) {
+        self.systemd.push(state.to_string());
+    }
+
+    fn usage(&mut self) -> HashMap<i32, GroupUsage> {
+        HashMap::new()
+    }
+}

@@ -1,0 +1,365 @@
+//! The real [`Effects`]: fork+exec, `killpg`, `waitpid`, the socket registry,
+//! and what each process gets besides: its output pumps, its exec-status
+//! watch, its readiness probe, its place in the undertaker's list.
+//!
+//! A child's exec status (EOF: the program runs; eight bytes: the stage and
+//! errno that failed) is watched by a small task per spawn, which reports on
+//! a channel the loop reads ([`ExecReport`]). A child can be reaped before its
+//! report is read; its exit then waits ([`System::reap`] defers it) until the
+//! report arrives — which it does at once, since a dead child's pipe is
+//! readable — so the core always learns *why* a process ended.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::ffi::OsString;
+use std::os::fd::{OwnedFd, RawFd};
+use std::sync::Arc;
+use std::time::Instant;
+
+use nix::sys::signal::Signal;
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
+use tokio::sync::mpsc;
+use tracing::{error, warn};
+
+use super::control::LogHub;
+use super::output::{self, LogFormat, LogSink, Source, Stream};
+use super::probe;
+use super::sockets::{BindError, SocketRegistry};
+use super::spawn::{self, ExecStatus, SpawnRequest};
+use super::systemd::SystemdNotifier;
+use super::undertaker::Undertaker;
+use super::{Effects, GroupUsage, Reaped, SpawnFailure, procfs};
+use crate::core::SpawnOrder;
+use crate::core::worker::{Exit, StartError};
+use crate::spec::{ListenAddress, Readiness, SocketKey};
+
+/// A process's exec status, as the watch task read it: `(pid, status)`.
+pub type ExecReport = (i32, ExecStatus);
+
+/// Where the tasks a spawn starts report to the loop.
+#[derive(Clone)]
+pub struct Reports {
+    /// A readiness probe succeeded for this pid.
+    pub probes: mpsc::Sender<i32>,
+    pub exec: mpsc::Sender<ExecReport>,
+}
+
+/// What the real effects need from the start-up.
+pub struct Setup {
+    pub sink: LogSink,
+    pub format: LogFormat,
+    pub logs: Arc<LogHub>,
+    pub undertaker: Undertaker,
+    /// The supervisor's environment minus `NOTIFY_SOCKET`, `LISTEN_*`, `WATCHDOG_*`.
+    pub base_env: Vec<(OsString, OsString)>,
+    /// The RLIMIT_NOFILE soft limit we started with (workers get it back).
+    pub nofile_soft: libc::rlim_t,
+    pub systemd: Option<SystemdNotifier>,
+}
+
+/// How far we know a process got.
+enum Exec {
+    /// The watch task will report.
+    Watching,
+    /// Reported: `None` when it runs the program.
+    Known(Option<StartError>),
+}
+
+/// What is kept for a live child besides what the core knows.
+struct Tracked {
+    exec: Exec,
+    probe: Option<tokio::task::AbortHandle>,
+}
+
+/// The real effects. Must live on the runtime's (only) thread: it forks.
+pub struct System {
+    setup: Setup,
+    /// `NOTIFY_SOCKET` for workers with `ready: notify`, once bound.
+    notify_env: Option<OsString>,
+    sockets: SocketRegistry,
+    processes: HashMap<i32, Tracked>,
+    /// Reaped before their exec status was read: `pid → exit`.
+    deferred: HashMap<i32, Exit>,
+    /// Deferred exits whose status arrived, for the next [`Effects::reap`].
+    released: VecDeque<Reaped>,
+    reports: Reports,
+}
+
+impl System {
+    pub fn new(setup: Setup, sockets: SocketRegistry, reports: Reports) -> System {
+        System {
+            setup,
+            notify_env: None,
+            sockets,
+            processes: HashMap::new(),
+            deferred: HashMap::new(),
+            released: VecDeque::new(),
+            reports,
+        }
+    }
+
+    /// Workers with `ready: notify` get `NOTIFY_SOCKET=value` from now on.
+    pub fn set_notify_socket(&mut self, value: OsString) {
+        self.notify_env = Some(value);
+    }
+
+    /// The undertaker's pid (its exit is not a worker's).
+    pub fn undertaker_pid(&self) -> i32 {
+        self.setup.undertaker.pid()
+    }
+
+    /// Everything stopped: dismiss the undertaker (it exits on EOF) and
+    /// return its pid for a last reap, with the output queue.
+    pub fn finish(self) -> (i32, LogSink) {
+        let System { setup, .. } = self;
+        (setup.undertaker.dismiss(), setup.sink)
+    }
+
+    fn untrack(&mut self, pid: i32) {
+        if let Some(tracked) = self.processes.remove(&pid)
+            && let Some(probe) = tracked.probe
+        {
+            probe.abort();
+        }
+    }
+
+    /// Watch the exec-status pipe of `pid`; `Exec::Known` at once when it
+    /// cannot be watched (then the program is taken to run).
+    fn watch_exec(&self, pid: i32, status: OwnedFd) -> Exec {
+        // SAFETY: an OwnedFd stays open and names the same pipe for as long
+        // as the AsyncFd owns it.
+        match unsafe { AsyncFd::register_with_interest(status, Interest::READABLE) } {
+            Ok(fd) => {
+                let report = self.reports.exec.clone();
+                tokio::spawn(async move {
+                    let status = loop {
+                        let Ok(mut guard) = fd.readable().await else {
+                            break ExecStatus::Succeeded;
+                        };
+                        match spawn::read_status(fd.get_ref()) {
+                            ExecStatus::Pending => guard.clear_ready(),
+                            done => break done,
+                        }
+                    };
+                    let _ = report.send((pid, status)).await;
+                });
+                Exec::Watching
+            }
+            Err(error) => {
+                warn!("cannot watch the exec status of pid {pid}: {error}; taking it as running");
+                Exec::Known(None)
+            }
+        }
+    }
+
+    fn start_probe(&self, order: &SpawnOrder, pid: i32) -> Option<tokio::task::AbortHandle> {
+        let Readiness::Probe(spec) = &order.readiness else {
+            return None;
+        };
+        let Some(target) = spec.target(order.slot).cloned() else {
+            error!(
+                app = %order.app,
+                slot = order.slot,
+                "{}.{}: no probe target for this slot",
+                order.app,
+                order.slot
+            );
+            return None;
+        };
+        let report = self.reports.probes.clone();
+        let task = tokio::spawn(async move {
+            probe::until_ready(&target).await;
+            let _ = report.send(pid).await;
+        });
+        Some(task.abort_handle())
+    }
+}
+
+impl Effects for System {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    fn spawn(
+        &mut self,
+        order: &SpawnOrder,
+        sockets: &[(RawFd, ListenAddress)],
+    ) -> Result<i32, SpawnFailure> {
+        let fds: Vec<RawFd> = sockets.iter().map(|(fd, _)| *fd).collect();
+        let bound: Vec<ListenAddress> = sockets.iter().map(|(_, a)| a.clone()).collect();
+        let request = SpawnRequest {
+            app: &order.app,
+            slot: order.slot,
+            process: &order.definition,
+            readiness: &order.readiness,
+            listen_fds: &fds,
+            listen_bound: &bound,
+            notify_socket: self.notify_env.as_deref(),
+            base_env: &self.setup.base_env,
+            nofile_soft: self.setup.nofile_soft,
+        };
+        let spawned = spawn::spawn(&request).map_err(|e| SpawnFailure {
+            error: e.start_error(),
+            detail: e.to_string(),
+        })?;
+        let pid = spawned.pid;
+        if let Err(error) = self.setup.undertaker.watch(pid) {
+            warn!("cannot tell the undertaker about process group {pid}: {error}");
+        }
+        let source = Source {
+            app: order.app.as_str().into(),
+            slot: order.slot,
+        };
+        for (fd, stream) in [
+            (spawned.stdout, Stream::Stdout),
+            (spawned.stderr, Stream::Stderr),
+        ] {
+            tokio::spawn(output::pump(
+                fd,
+                source.clone(),
+                stream,
+                self.setup.sink.clone(),
+                self.setup.logs.clone(),
+                self.setup.format,
+            ));
+        }
+        let exec = self.watch_exec(pid, spawned.exec_status);
+        if let Exec::Known(error) = exec {
+            let _ = self
+                .reports
+                .exec
+                .try_send((pid, error.map_or(ExecStatus::Succeeded, ExecStatus::Failed)));
+        }
+        let probe = self.start_probe(order, pid);
+        self.processes.insert(pid, Tracked { exec, probe });
+        Ok(pid)
+    }
+
+    fn signal_group(&mut self, pgid: i32, signal: Signal) {
+        killpg(pgid, signal as i32);
+    }
+
+    fn reap(&mut self) -> Option<Reaped> {
+        loop {
+            if let Some(reaped) = self.released.pop_front() {
+                return Some(reaped);
+            }
+            let mut status = 0;
+            // SAFETY: waitpid with a valid status pointer; -1 = any child.
+            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+            if pid <= 0 {
+                return None;
+            }
+            let exit = if libc::WIFEXITED(status) {
+                Exit::Code(libc::WEXITSTATUS(status))
+            } else if libc::WIFSIGNALED(status) {
+                Exit::Signal {
+                    signal: libc::WTERMSIG(status),
+                    core: libc::WCOREDUMP(status),
+                }
+            } else {
+                continue;
+            };
+            if pid == self.setup.undertaker.pid() {
+                error!(
+                    event = "undertaker_died",
+                    "the undertaker (pid {pid}) {exit}; workers may outlive a crash of the supervisor"
+                );
+                continue;
+            }
+            let start_error = match self.processes.get(&pid).map(|t| &t.exec) {
+                // Not ours: an adopted descendant (we are a subreaper).
+                None => None,
+                Some(Exec::Known(error)) => *error,
+                Some(Exec::Watching) => {
+                    self.deferred.insert(pid, exit);
+                    continue;
+                }
+            };
+            self.untrack(pid);
+            return Some(Reaped {
+                pid,
+                exit,
+                start_error,
+            });
+        }
+    }
+
+    fn group_alive(&mut self, pgid: i32) -> bool {
+        group_alive(pgid)
+    }
+
+    fn kill_leftovers(&mut self, pgid: i32) -> usize {
+        if !group_alive(pgid) {
+            return 0;
+        }
+        let count = procfs::group_members(pgid);
+        killpg(pgid, libc::SIGKILL);
+        count
+    }
+
+    fn forget_group(&mut self, pgid: i32) {
+        if let Err(error) = self.setup.undertaker.forget(pgid) {
+            tracing::debug!("cannot tell the undertaker to forget {pgid}: {error}");
+        }
+    }
+
+    fn exec_known(&mut self, pid: i32, error: Option<StartError>) {
+        if let Some(tracked) = self.processes.get_mut(&pid) {
+            tracked.exec = Exec::Known(error);
+        }
+        if let Some(exit) = self.deferred.remove(&pid) {
+            self.untrack(pid);
+            self.released.push_back(Reaped {
+                pid,
+                exit,
+                start_error: error,
+            });
+        }
+    }
+
+    fn cancel_probe(&mut self, pid: i32) {
+        if let Some(probe) = self.processes.get_mut(&pid).and_then(|t| t.probe.take()) {
+            probe.abort();
+        }
+    }
+
+    fn bind(&mut self, key: &SocketKey, app: &str) -> Result<(RawFd, ListenAddress), BindError> {
+        self.sockets.ensure(key, app)
+    }
+
+    fn retain_sockets(&mut self, wanted: &HashSet<SocketKey>) -> Vec<SocketKey> {
+        self.sockets.retain(wanted)
+    }
+
+    fn notify_systemd(&mut self, state: &str) {
+        if let Some(systemd) = &self.setup.systemd
+            && let Err(error) = systemd.notify(state)
+        {
+            warn!("cannot notify systemd ({state}): {error}");
+        }
+    }
+
+    fn usage(&mut self) -> HashMap<i32, GroupUsage> {
+        procfs::group_usage()
+    }
+}
+
+/// Send `signal` to process group `pgid` (ESRCH — already empty — is fine).
+fn killpg(pgid: i32, signal: i32) {
+    if pgid > 1 {
+        // SAFETY: signalling a process group we created; pgid > 1 so never "all".
+        unsafe {
+            libc::kill(-pgid, signal);
+        }
+    }
+}
+
+/// Does process group `pgid` still have a member (`kill(-pgid, 0)` ≠ ESRCH)?
+/// EPERM means it exists but belongs to another user.
+fn group_alive(pgid: i32) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    pgid > 1
+        && (unsafe { libc::kill(-pgid, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+}

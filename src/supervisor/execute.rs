@@ -1,0 +1,99 @@
+//! Carrying out the core's actions through the effects, feeding back what
+//! the core needs to know (a spawn's pid or failure) as inputs.
+
+use std::time::Instant;
+
+use super::{Supervisor, report};
+use crate::core::worker::{StartError, StartStage};
+use crate::core::{Action, Input, SpawnOrder};
+use crate::effects::Effects;
+use crate::spec::SocketKey;
+
+impl<E: Effects> Supervisor<E> {
+    /// Carry out one round of actions. Socket sweeps are done once, last.
+    pub(super) fn execute(&mut self, actions: Vec<Action>, now: Instant) {
+        let mut sweep = false;
+        for action in actions {
+            match action {
+                Action::Spawn(order) => self.spawn(&order, now),
+                Action::Signal { pgid, signal } => self.effects.signal_group(pgid, signal),
+                Action::ReleaseGroup {
+                    pgid,
+                    kill_leftovers,
+                    instance,
+                } => {
+                    if kill_leftovers {
+                        let count = self.effects.kill_leftovers(pgid);
+                        if count > 0 {
+                            report::group_killed(&instance, pgid, count);
+                        }
+                    }
+                    self.effects.forget_group(pgid);
+                }
+                Action::CancelProbe { pid } => self.effects.cancel_probe(pid),
+                Action::SweepSockets => sweep = true,
+                Action::Systemd(state) => self.effects.notify_systemd(state),
+                Action::Report(event) => report::event(&event, &self.shown),
+            }
+        }
+        if sweep {
+            self.sweep_sockets();
+        }
+    }
+
+    /// Bind (or find) the order's sockets and start its process.
+    fn spawn(&mut self, order: &SpawnOrder, now: Instant) {
+        let mut sockets = Vec::with_capacity(order.definition.listen.len());
+        for listen in &order.definition.listen {
+            let key = SocketKey {
+                address: listen.address.clone(),
+                slot: listen.reuseport.then_some(order.slot),
+            };
+            let mut bound = self.effects.bind(&key, &order.app);
+            if bound.is_err() {
+                // An overlapping address that nobody wants any more may still
+                // be open: close what is unwanted and try once more.
+                self.sweep_sockets();
+                bound = self.effects.bind(&key, &order.app);
+            }
+            match bound {
+                Ok(socket) => sockets.push(socket),
+                Err(error) => {
+                    let input = Input::SpawnFailed {
+                        app: order.app.clone(),
+                        id: order.id,
+                        error: StartError {
+                            stage: StartStage::Prepare,
+                            errno: libc::EADDRINUSE,
+                        },
+                        detail: error.to_string(),
+                    };
+                    return self.core.input(input, now);
+                }
+            }
+        }
+        let input = match self.effects.spawn(order, &sockets) {
+            Ok(pid) => Input::Spawned {
+                app: order.app.clone(),
+                id: order.id,
+                pid,
+            },
+            Err(failure) => Input::SpawnFailed {
+                app: order.app.clone(),
+                id: order.id,
+                error: failure.error,
+                detail: failure.detail,
+            },
+        };
+        self.core.input(input, now);
+    }
+
+    /// Close every socket that no app's current definition, nor an older one
+    /// a worker still runs, uses.
+    pub(super) fn sweep_sockets(&mut self) {
+        let wanted = self.core.wanted_sockets();
+        for closed in self.effects.retain_sockets(&wanted) {
+            report::unlistening(&closed);
+        }
+    }
+}

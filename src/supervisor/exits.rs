@@ -1,0 +1,47 @@
+//! Exits and draining: every exited child is reaped (adopted descendants
+//! too: we are a subreaper, and no zombie may stay), and a stopping worker's
+//! stop ends once its whole process group is empty.
+
+use std::time::Instant;
+
+use super::Supervisor;
+use crate::core::Input;
+use crate::effects::Effects;
+
+impl<E: Effects> Supervisor<E> {
+    /// Reap every child that has exited, feed the exits to the core, then
+    /// look at the groups that were draining.
+    pub(super) fn reap(&mut self, now: Instant) {
+        while let Some(reaped) = self.effects.reap() {
+            self.core.input(
+                Input::Exited {
+                    pid: reaped.pid,
+                    exit: reaped.exit,
+                    start_error: reaped.start_error,
+                },
+                now,
+            );
+        }
+        self.check_draining(now);
+    }
+
+    /// A stop whose leader is reaped completes when its group is empty.
+    pub(super) fn check_draining(&mut self, now: Instant) {
+        let draining: Vec<i32> = self.core.draining_groups().collect();
+        for pgid in draining {
+            if !self.effects.group_alive(pgid) {
+                self.core.input(Input::GroupEmpty { pgid }, now);
+            }
+        }
+    }
+
+    /// Deadlines may be due; draining groups are looked at again when their
+    /// poll is due.
+    pub(super) fn timer(&mut self, now: Instant) {
+        self.core.input(Input::Tick, now);
+        if self.poll_at.is_some_and(|at| at <= now) {
+            self.poll_at = None;
+            self.check_draining(now);
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! The supervisor loop's body: it turns each event into inputs of the pure
+//! [`Core`] and carries out the actions the core returns, through
+//! [`Effects`].
+//!
+//! [`Supervisor::handle`] takes one event (a child exited, a signal, a new
+//! version of the file, an exec status, a probe result, a notify datagram, a
+//! timer) and does not return before the core has settled: every spawn it
+//! ordered has been tried and its result fed back. It is generic over the
+//! effects, so the same code runs on the real system ([`run`]) and in the
+//! deterministic simulation (`tests/simulation.rs`) over a fake process table.
+//!
+//! One concern per file: [`execute`] (actions → effects), [`exits`]
+//! (reaping and draining groups), [`readiness`] (exec status, probes, notify),
+//! [`config`] (a new version of the file, its sockets), [`control`] (commands),
+//! [`status`], [`shutdown`], [`report`] (events → log), [`run`] (the real
+//! event sources).
+
+mod config;
+mod control;
+mod execute;
+mod exits;
+mod readiness;
+pub mod report;
+pub mod run;
+mod shutdown;
+mod status;
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::core::Core;
+use crate::effects::Effects;
+use crate::effects::notify::Notification;
+use crate::effects::spawn::ExecStatus;
+pub use crate::effects::watch::{Load, Loaded};
+use crate::spec::Desired;
+
+/// While a stopped worker's leader is gone but its group is not yet empty,
+/// the group is looked at this often.
+pub const GROUP_POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// Rounds of (converge, carry out) per event: a bug guard, far above need
+/// (a round ends when no spawn result is left to feed back).
+const MAX_ROUNDS: usize = 64;
+
+/// Something that happened, for [`Supervisor::handle`].
+#[derive(Debug)]
+pub enum Event {
+    /// SIGCHLD: one or more children may have exited.
+    ChildExited,
+    /// SIGINT (a second one kills everything).
+    Interrupt,
+    /// SIGTERM.
+    Terminate,
+    /// The config loader checked the file.
+    Config(Loaded),
+    /// What the exec-status pipe of `pid` said.
+    ExecStatus { pid: i32, status: ExecStatus },
+    /// The readiness probe of `pid` succeeded.
+    ProbeSucceeded { pid: i32 },
+    /// A datagram on the notify socket.
+    Notified(Notification),
+    /// The time [`Supervisor::next_wake`] asked for came.
+    Timer,
+}
+
+/// The environment workers inherit: ours, without what describes *our* sockets.
+pub fn worker_base_env(
+    vars: impl IntoIterator<Item = (OsString, OsString)>,
+) -> Vec<(OsString, OsString)> {
+    vars.into_iter()
+        .filter(|(name, _)| {
+            let name = name.as_bytes();
+            name != b"NOTIFY_SOCKET"
+                && !name.starts_with(b"LISTEN_")
+                && !name.starts_with(b"WATCHDOG_")
+        })
+        .collect()
+}
+
+/// The core, the effects, and what the shell keeps for `status`.
+pub struct Supervisor<E: Effects> {
+    core: Core,
+    effects: E,
+    /// The file as the user named it (for messages).
+    shown: String,
+    /// The diagnostics of the last edit, while the file is invalid or unreadable.
+    config_error: Option<String>,
+    /// When the current version of the file was applied (for `status`).
+    applied_at: SystemTime,
+    /// When to look at draining groups again (while some drain). A fixed
+    /// moment, so that frequent events cannot keep pushing it back.
+    poll_at: Option<Instant>,
+}
+
+impl<E: Effects> Supervisor<E> {
+    /// A supervisor for the first version of the file. Its sockets must be
+    /// bound already (in `effects`), so a start that cannot bind is refused
+    /// before anything runs.
+    pub fn new(desired: &Desired, shown: &str, own_uid: u32, effects: E) -> Supervisor<E> {
+        let now = effects.now();
+        Supervisor {
+            core: Core::new(desired, own_uid, now),
+            effects,
+            shown: shown.to_string(),
+            config_error: None,
+            applied_at: SystemTime::now(),
+            poll_at: None,
+        }
+    }
+
+    /// Start the first version's workers.
+    pub fn start(&mut self) {
+        report::first_applied(&self.shown, self.core.desired());
+        let now = self.effects.now();
+        self.settle(now);
+    }
+
+    pub fn core(&self) -> &Core {
+        &self.core
+    }
+
+    pub fn effects(&self) -> &E {
+        &self.effects
+    }
+
+    pub fn effects_mut(&mut self) -> &mut E {
+        &mut self.effects
+    }
+
+    /// Everything is stopped after a shutdown.
+    pub fn finished(&self) -> bool {
+        self.core.finished()
+    }
+
+    /// Take the effects back once finished.
+    pub fn into_effects(self) -> E {
+        self.effects
+    }
+
+    /// Handle one event completely: inputs to the core, then carry out what
+    /// it decides until it has settled.
+    pub fn handle(&mut self, event: Event) {
+        self.handle_all([event]);
+    }
+
+    /// Handle a batch of events, then let the core settle once.
+    pub fn handle_all(&mut self, events: impl IntoIterator<Item = Event>) {
+        let now = self.effects.now();
+        for event in events {
+            self.take(event, now);
+        }
+        self.settle(now);
+    }
+
+    fn take(&mut self, event: Event, now: Instant) {
+        match event {
+            Event::ChildExited => self.reap(now),
+            Event::Interrupt => self.interrupt(),
+            Event::Terminate => self.terminate(),
+            Event::Config(loaded) => self.config(loaded, now),
+            Event::ExecStatus { pid, status } => self.exec_status(pid, status, now),
+            Event::ProbeSucceeded { pid } => self.probe_succeeded(pid, now),
+            Event::Notified(notification) => self.notified(notification, now),
+            Event::Timer => self.timer(now),
+        }
+    }
+
+    /// When to send [`Event::Timer`] if nothing happens before.
+    pub fn next_wake(&self) -> Instant {
+        let wake = self.core.next_wake();
+        self.poll_at.map_or(wake, |poll| wake.min(poll))
+    }
+
+    /// Converge and carry out the actions until nothing is left to do.
+    fn settle(&mut self, now: Instant) {
+        for _ in 0..MAX_ROUNDS {
+            self.core.converge(now);
+            let actions = self.core.take_actions();
+            if actions.is_empty() && !self.core.unsettled() {
+                self.poll_at = match self.core.draining_groups().next() {
+                    Some(_) => Some(self.poll_at.unwrap_or(now + GROUP_POLL_INTERVAL)),
+                    None => None,
+                };
+                return;
+            }
+            self.execute(actions, now);
+        }
+        tracing::error!("the core did not settle within {MAX_ROUNDS} rounds; continuing");
+    }
+}

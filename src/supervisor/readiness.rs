@@ -1,0 +1,62 @@
+//! Readiness news: a process ran its program (or could not), a probe
+//! answered, a worker spoke on the notify socket.
+//!
+//! A notify datagram is attributed to the worker whose process group holds
+//! the sender (the notify task read the sender's group from /proc when the
+//! datagram arrived); the core checks the sender's uid and the app's
+//! readiness mode.
+
+use std::time::Instant;
+
+use super::Supervisor;
+use crate::core::Input;
+use crate::effects::Effects;
+use crate::effects::notify::Notification;
+use crate::effects::spawn::ExecStatus;
+
+impl<E: Effects> Supervisor<E> {
+    pub(super) fn exec_status(&mut self, pid: i32, status: ExecStatus, now: Instant) {
+        let error = match status {
+            ExecStatus::Failed(error) => Some(error),
+            ExecStatus::Succeeded | ExecStatus::Pending => None,
+        };
+        self.effects.exec_known(pid, error);
+        if error.is_none() {
+            self.core.input(Input::ExecSucceeded { pid }, now);
+        }
+        // An exit reaped before this report was held back until now.
+        self.reap(now);
+    }
+
+    pub(super) fn probe_succeeded(&mut self, pid: i32, now: Instant) {
+        self.core.input(Input::ProbeSucceeded { pid }, now);
+    }
+
+    pub(super) fn notified(&mut self, notification: Notification, now: Instant) {
+        let leader = [
+            notification.sender_pgid,
+            Some(notification.sender_pid),
+            notification.main_pid,
+        ]
+        .into_iter()
+        .flatten()
+        .find(|pid| self.core.worker_of(*pid).is_some());
+        let Some(leader) = leader else {
+            tracing::debug!(
+                pid = notification.sender_pid,
+                "notify datagram from pid {} which belongs to no worker; ignored",
+                notification.sender_pid
+            );
+            return;
+        };
+        self.core.input(
+            Input::Notified {
+                leader,
+                uid: notification.sender_uid,
+                ready: notification.ready,
+                status: notification.status,
+            },
+            now,
+        );
+    }
+}

@@ -1,0 +1,273 @@
+//! The core's events, as log lines: a sentence for people, and with
+//! `--log-format json` an `event` name and fields — a stable interface (README
+//! "Event log") that tests and scripts wait on.
+
+use std::time::Duration;
+
+use tracing::{debug, error, info, warn};
+
+use crate::core::Event;
+use crate::core::event::Instance;
+use crate::core::worker::{Decision, Exit, StopEnd};
+use crate::spec::{Desired, SocketKey};
+
+/// `web.2`, as in the output prefix.
+fn label(instance: &Instance) -> String {
+    format!("{}.{}", instance.app, instance.slot)
+}
+
+fn plural(n: usize, word: &str) -> String {
+    format!("{n} {word}{}", if n == 1 { "" } else { "s" })
+}
+
+/// `800ms`, `1.2s`, `2m5s`: short and exact enough for a log line.
+pub fn short_duration(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        format!("{}ms", d.as_millis())
+    } else if d < Duration::from_secs(60) {
+        format!("{:.1}s", d.as_secs_f64())
+    } else {
+        humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A decision as event fields: (`decision`, `attempt`, `delay_ms`).
+fn decision_fields(decision: &Decision) -> (&'static str, Option<u32>, Option<u64>) {
+    match decision {
+        Decision::Restart { attempt, delay } => ("restart", Some(*attempt), Some(millis(*delay))),
+        Decision::GiveUp { .. } => ("failed", None, None),
+        Decision::Done => ("done", None, None),
+    }
+}
+
+fn describe(decision: &Decision) -> String {
+    match decision {
+        Decision::Restart { attempt, delay } => {
+            format!("restart {attempt} in {}", short_duration(*delay))
+        }
+        Decision::GiveUp { restarts, within } => format!(
+            "{restarts} restarts within {}: giving up (failed)",
+            short_duration(*within)
+        ),
+        Decision::Done => "not restarted (restart policy)".to_string(),
+    }
+}
+
+fn exit_fields(exit: Exit) -> (Option<i32>, Option<&'static str>) {
+    match exit {
+        Exit::Code(code) => (Some(code), None),
+        Exit::Signal { signal, .. } => (
+            None,
+            nix::sys::signal::Signal::try_from(signal)
+                .ok()
+                .map(|s| s.as_str()),
+        ),
+    }
+}
+
+/// The first version of the file is in force.
+pub fn first_applied(shown: &str, desired: &Desired) {
+    let instances: u32 = desired.apps.iter().map(|a| a.instances).sum();
+    info!(
+        event = "applied",
+        file = %shown,
+        file_version = 1,
+        "applied {shown}: {}, {}",
+        plural(desired.apps.len(), "app"),
+        plural(instances as usize, "instance")
+    );
+}
+
+/// Leftovers of an exited leader's group were killed.
+pub fn group_killed(instance: &Instance, pid: i32, count: usize) {
+    warn!(
+        event = "group_killed", app = %instance.app, slot = instance.slot, pid, count,
+        "{}: killed {count} leftover processes of its group", label(instance)
+    );
+}
+
+/// A socket no app wants any more was closed.
+pub fn unlistening(closed: &SocketKey) {
+    let address = &closed.address;
+    match closed.slot {
+        Some(slot) => {
+            info!(event = "unlistening", address = %address, slot, "closed the socket on {address} of slot {slot}")
+        }
+        None => info!(event = "unlistening", address = %address, "closed the socket on {address}"),
+    }
+}
+
+/// Log one event of the core.
+pub fn event(event: &Event, shown: &str) {
+    match event {
+        Event::Spawned { instance, pid } => info!(
+            event = "spawned", app = %instance.app, slot = instance.slot, pid, generation = instance.generation,
+            "{} started (pid {pid})", label(instance)
+        ),
+        Event::StartFailed {
+            instance,
+            pid,
+            error,
+            detail,
+            decision,
+        } => {
+            let (name, attempt, delay_ms) = decision_fields(decision);
+            let why = detail.clone().unwrap_or_else(|| error.to_string());
+            warn!(
+                event = "start_failed", app = %instance.app, slot = instance.slot, pid,
+                generation = instance.generation, errno = error.errno, stage = error.stage.name(),
+                decision = name, attempt, delay_ms,
+                "{} failed to start: {why}; {}", label(instance), describe(decision)
+            );
+        }
+        Event::Ready {
+            instance,
+            pid,
+            via,
+            after,
+        } => info!(
+            event = "ready", app = %instance.app, slot = instance.slot, pid,
+            generation = instance.generation, via = via.name(),
+            "{} is ready (pid {pid}, after {}, by {})", label(instance), short_duration(*after), via.name()
+        ),
+        Event::AllReady => info!(event = "all_ready", "every instance is ready"),
+        Event::Exited {
+            instance,
+            pid,
+            exit,
+            ran,
+            decision,
+        } => {
+            let (code, signal) = exit_fields(*exit);
+            let (name, attempt, delay_ms) = decision_fields(decision);
+            info!(
+                event = "exited", app = %instance.app, slot = instance.slot, pid,
+                generation = instance.generation, code, signal, decision = name, attempt, delay_ms,
+                "{} {exit} after {}; {}", label(instance), short_duration(*ran), describe(decision)
+            );
+        }
+        Event::Stopping {
+            instance,
+            pid,
+            reason,
+            command,
+            signal,
+            uptime,
+        } => {
+            let why = command.unwrap_or(reason.describe());
+            info!(
+                event = "stopping", app = %instance.app, slot = instance.slot, pid,
+                generation = instance.generation, reason = why, uptime_ms = millis(*uptime),
+                "{} stopping ({why}): {} to process group {pid}", label(instance), signal.as_str()
+            );
+        }
+        Event::Killing {
+            instance,
+            pid,
+            kill_timeout,
+        } => warn!(
+            event = "killing", app = %instance.app, slot = instance.slot, pid,
+            "{} did not stop within kill_timeout {}: SIGKILL to process group {pid}",
+            label(instance), short_duration(*kill_timeout)
+        ),
+        Event::Stopped {
+            instance,
+            pid,
+            killed,
+            leader_exit,
+            took,
+            end,
+        } => {
+            let how = match (killed, leader_exit) {
+                (true, _) => "killed with SIGKILL".to_string(),
+                (false, Some(exit)) => exit.to_string(),
+                (false, None) => "gone".to_string(),
+            };
+            let took_ms = millis(*took);
+            let took = short_duration(*took);
+            let (app, slot, generation) = (&instance.app, instance.slot, instance.generation);
+            match end {
+                StopEnd::Remove => info!(
+                    event = "stopped", app = %app, slot, pid, generation, killed, took_ms,
+                    "{} stopped in {took} ({how})", label(instance)
+                ),
+                StopEnd::Restart => info!(
+                    event = "stopped", app = %app, slot, pid, generation, killed, took_ms,
+                    "{} stopped in {took} ({how}); starting it again", label(instance)
+                ),
+                StopEnd::Held => info!(
+                    event = "stopped", app = %app, slot, pid, generation, killed, took_ms,
+                    "{} stopped in {took} ({how}); held until `supervise start`", label(instance)
+                ),
+                StopEnd::Decided(decision) => {
+                    let (name, attempt, delay_ms) = decision_fields(decision);
+                    info!(
+                        event = "stopped", app = %app, slot, pid, generation, killed, took_ms,
+                        decision = name, attempt, delay_ms,
+                        "{} stopped in {took} ({how}); {}", label(instance), describe(decision)
+                    );
+                }
+            }
+        }
+        Event::RolloutHalted { instance } => error!(
+            event = "rollout_halted", app = %instance.app, slot = instance.slot, generation = instance.generation,
+            "{}: rollout halted: the replacement for slot {} failed; the old instances keep serving",
+            instance.app, instance.slot
+        ),
+        Event::Plan(change) => {
+            let app = match change {
+                crate::plan::AppChange::Added { name, .. }
+                | crate::plan::AppChange::Removed { name, .. }
+                | crate::plan::AppChange::Unchanged { name } => name,
+                crate::plan::AppChange::Changed(changed) => &changed.name,
+            };
+            info!(event = "plan", app = %app, "{change}");
+        }
+        Event::Applied {
+            trigger,
+            file_version,
+        } => info!(
+            event = "applied", file = %shown, file_version,
+            "{trigger}: applied {shown} (version {file_version})"
+        ),
+        Event::BindFailed { app, error } => error!(
+            event = "bind_failed", app = %app,
+            "{app}: {error}; this app keeps its last good version"
+        ),
+        Event::Reload {
+            app,
+            generation,
+            instances,
+        } => info!(
+            event = "reload", app = %app, generation,
+            "{app}: reload requested; rolling replace of {}", plural(*instances as usize, "instance")
+        ),
+        Event::Shutdown { why, processes } => info!(
+            event = "shutdown",
+            signal = why,
+            "{why}: stopping {processes} processes (SIGINT again kills them at once)"
+        ),
+        Event::KillAll => warn!(
+            event = "kill_all",
+            "second SIGINT: killing every process group now"
+        ),
+        Event::ForeignNotify {
+            app,
+            pid,
+            uid,
+            expected,
+        } => warn!(
+            app = %app, pid,
+            "notify datagram for {app} from uid {uid}, not the worker's uid {expected}; ignored"
+        ),
+        Event::Reconciled { app, passes } => {
+            debug!(event = "reconciled", app = %app, passes, "{app}: reconciled")
+        }
+        Event::Ignored(refused) => debug!("{refused}; ignored"),
+        Event::Anomaly(what) => error!(event = "anomaly", "internal: {what}"),
+    }
+}

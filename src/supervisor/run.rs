@@ -1,0 +1,173 @@
+//! The real event sources around a [`Supervisor`]: signals (one SIGCHLD
+//! stream, SIGINT, SIGTERM, SIGHUP), the config loader, exec-status reports,
+//! probes, the notify socket, the control socket, and the timer the core asks
+//! for. One task owns the supervisor; everything else sends it messages.
+//!
+//! News that comes in bursts (5,000 exec reports at start, a storm of exits)
+//! is taken in batches of at most [`BATCH`] before the core converges once,
+//! so a burst costs one reconcile per app, not one per message.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
+use tracing::{error, info};
+
+use super::{Event, Supervisor};
+use crate::effects::control::{self as control_socket, CONTROL_QUEUE, LogHub};
+use crate::effects::notify::NotifySocket;
+use crate::effects::runtime::Claim;
+use crate::effects::sockets::SocketRegistry;
+use crate::effects::system::{Reports, Setup, System};
+use crate::effects::watch::FileWatcher;
+use crate::spec::Desired;
+
+/// New versions of the file waiting for the loop (the loader waits when full).
+const CONFIG_QUEUE: usize = 4;
+/// Exec reports, probe results and notify datagrams waiting for the loop.
+const EVENT_QUEUE: usize = 1024;
+/// The most messages of one kind taken before the core converges.
+const BATCH: usize = 4096;
+/// How long to wait for the undertaker to exit at shutdown.
+const UNDERTAKER_EXIT_WAIT: Duration = Duration::from_secs(2);
+
+/// Everything the loop starts from: the first version of the file (its
+/// sockets bound), the effects' set-up, the watcher (watching since before
+/// the first read), and the claim on the runtime directory.
+pub struct Launch {
+    pub desired: Desired,
+    pub shown: String,
+    pub setup: Setup,
+    pub sockets: SocketRegistry,
+    pub watcher: FileWatcher,
+    pub initial_hash: [u8; 32],
+    pub claim: Claim,
+    pub logs: std::sync::Arc<LogHub>,
+}
+
+/// Run until every worker has stopped after SIGINT/SIGTERM.
+pub async fn run(launch: Launch) -> std::io::Result<()> {
+    let Launch {
+        desired,
+        shown,
+        setup,
+        sockets,
+        watcher,
+        initial_hash,
+        mut claim,
+        logs,
+    } = launch;
+    let mut children = signal(SignalKind::child())?;
+    let mut interrupts = signal(SignalKind::interrupt())?;
+    let mut terminates = signal(SignalKind::terminate())?;
+    let mut hangups = signal(SignalKind::hangup())?;
+    let (loaded, mut configs) = mpsc::channel(CONFIG_QUEUE);
+    let rereader = watcher.spawn(initial_hash, loaded)?;
+    let (probes_sender, mut probes) = mpsc::channel(EVENT_QUEUE);
+    let (exec_sender, mut exec_reports) = mpsc::channel(EVENT_QUEUE);
+    let reports = Reports {
+        probes: probes_sender,
+        exec: exec_sender,
+    };
+    let mut system = System::new(setup, sockets, reports);
+
+    let (notified, mut notifications) = mpsc::channel(EVENT_QUEUE);
+    let name = format!(
+        "supervise-{}-{}",
+        claim
+            .socket_path()
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        std::process::id()
+    );
+    match NotifySocket::bind(&name) {
+        Ok(socket) => {
+            system.set_notify_socket(OsString::from(&socket.env_value));
+            tokio::spawn(socket.run(notified));
+        }
+        Err(error) => error!(
+            "cannot bind the notify socket @{name}: {error}; `ready: notify` workers will time out"
+        ),
+    }
+    let control_path: PathBuf = claim.socket_path().to_path_buf();
+    let (control_sender, mut control_requests) = mpsc::channel(CONTROL_QUEUE);
+    match control_socket::bind(&control_path) {
+        Ok(listener) => {
+            tokio::spawn(control_socket::serve(listener, control_sender, logs));
+        }
+        Err(error) => error!(
+            "cannot create the control socket {}: {error}; status, reload and other commands will not reach this supervisor",
+            control_path.display()
+        ),
+    }
+
+    // SAFETY: geteuid has no preconditions.
+    let own_uid = unsafe { libc::geteuid() };
+    let mut supervisor = Supervisor::new(&desired, &shown, own_uid, system);
+    supervisor.start();
+    // Children that exited before the SIGCHLD stream existed.
+    supervisor.handle(Event::ChildExited);
+    while !supervisor.finished() {
+        let wake = supervisor.next_wake();
+        tokio::select! {
+            _ = children.recv() => supervisor.handle(Event::ChildExited),
+            _ = interrupts.recv() => supervisor.handle(Event::Interrupt),
+            _ = terminates.recv() => supervisor.handle(Event::Terminate),
+            _ = hangups.recv() => rereader.reread(),
+            Some(loaded) = configs.recv() => {
+                if let Some(identity) = &loaded.identity {
+                    claim.follow(identity);
+                }
+                supervisor.handle(Event::Config(loaded));
+            }
+            Some((pid, status)) = exec_reports.recv() => {
+                let mut batch = vec![Event::ExecStatus { pid, status }];
+                while batch.len() < BATCH && let Ok((pid, status)) = exec_reports.try_recv() {
+                    batch.push(Event::ExecStatus { pid, status });
+                }
+                supervisor.handle_all(batch);
+            }
+            Some(pid) = probes.recv() => {
+                let mut batch = vec![Event::ProbeSucceeded { pid }];
+                while batch.len() < BATCH && let Ok(pid) = probes.try_recv() {
+                    batch.push(Event::ProbeSucceeded { pid });
+                }
+                supervisor.handle_all(batch);
+            }
+            Some(notification) = notifications.recv() => {
+                let mut batch = vec![Event::Notified(notification)];
+                while batch.len() < BATCH && let Ok(notification) = notifications.try_recv() {
+                    batch.push(Event::Notified(notification));
+                }
+                supervisor.handle_all(batch);
+            }
+            Some(request) = control_requests.recv() => {
+                let reply = supervisor.control(request.command);
+                // The client may be gone; that is its business.
+                let _ = request.reply.try_send(reply);
+            }
+            _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {
+                supervisor.handle(Event::Timer);
+            }
+        }
+    }
+    info!(event = "exiting", "all processes stopped; exiting");
+    let _ = std::fs::remove_file(&control_path);
+    drop(claim);
+    let (undertaker, sink) = supervisor.into_effects().finish();
+    let deadline = Instant::now() + UNDERTAKER_EXIT_WAIT;
+    while Instant::now() < deadline {
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        let reaped = unsafe { libc::waitpid(undertaker, &mut status, libc::WNOHANG) };
+        if reaped != 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    sink.flush(Duration::from_secs(1));
+    Ok(())
+}
