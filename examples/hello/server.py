@@ -13,6 +13,12 @@ On SIGTERM it drains, so a rolling reload loses no request:
    writing into a closed socket;
 4. connections still idle after DRAIN_WINDOW are closed;
 5. it exits once every connection is done.
+
+It never blocks in accept(): every instance waits on the one shared socket, so
+one connection wakes them all and only one gets it. A blocking accept() would
+leave the others stuck in the kernel, deaf to their own SIGTERM (Python
+retries an interrupted accept() after running the handler) until the next
+connection or SIGKILL. So the listener is non-blocking (see main()).
 """
 import os
 import signal
@@ -103,6 +109,19 @@ def main():
         server.socket.close()
         server.socket = listener
     server.daemon_threads = False  # server_close() waits for every connection
+    # serve_forever() waits in select() and then calls accept(), assuming a
+    # readable socket means a connection is there for us. On a shared socket it
+    # is not: a sibling may have taken it in between. Non-blocking, that
+    # accept() fails with EAGAIN (an OSError, which socketserver ignores) and we
+    # go back to select(), where shutdown() can reach us.
+    #
+    # O_NONBLOCK is a flag of the open file description, which every instance
+    # shares (and supervise keeps across reloads), so this sets it for all of
+    # them. That is fine: they are all this program, and supervise never
+    # accepts on it. A program sharing a socket cannot count on it being
+    # blocking anyway: Node (libuv), Go, asyncio and gunicorn all make an
+    # inherited listener non-blocking the same way.
+    server.socket.setblocking(False)
 
     def stop(signum, frame):
         draining.set()
