@@ -132,6 +132,9 @@ pub enum Command {
         /// N, +N or -N.
         #[arg(allow_hyphen_values = true)]
         count: String,
+        /// How long to wait for the running count before giving up (exit 4).
+        #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
+        timeout: std::time::Duration,
     },
     /// Show the last lines each instance printed (APP or APP.N to narrow).
     Logs {

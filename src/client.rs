@@ -15,10 +15,10 @@ use serde_json::Value;
 
 use crate::cli::{ecosystem_path, exit};
 use crate::config;
-use crate::control::{Command, Request};
+use crate::control::{Command, Request, StatusReply};
 use crate::effects::runtime;
 
-/// How long `reload` and `scale` wait for the running system to match.
+/// How long `reload` waits for the rollout to complete.
 pub const WAIT_LIMIT: Duration = Duration::from_secs(300);
 /// How often they look.
 const POLL_INTERVAL: Duration = Duration::from_millis(200);
@@ -140,13 +140,20 @@ fn megabytes(bytes: u64) -> String {
     format!("{:.1} MB", bytes as f64 / 1e6)
 }
 
+/// Ask for the status, as the shared reply type.
+pub fn ask_status(socket: &Path) -> Result<StatusReply, Failure> {
+    let value = ask(socket, Command::Status)?;
+    serde_json::from_value(value).map_err(|e| fail(exit::INVALID, format!("bad status reply: {e}")))
+}
+
 /// `supervise status`: a table like `pm2 ls`.
 pub fn status(socket: &Path, all: bool, json: bool) -> Result<(), Failure> {
-    let status = ask(socket, Command::Status)?;
     if json {
-        print(&format!("{status:#}\n"));
+        let value = ask(socket, Command::Status)?;
+        print(&format!("{value:#}\n"));
         return Ok(());
     }
+    let status = ask_status(socket)?;
     let mut table = comfy_table::Table::new();
     table.load_style(comfy_table::presets::NOTHING).set_header([
         "app",
@@ -163,23 +170,19 @@ pub fn status(socket: &Path, all: bool, json: bool) -> Result<(), Failure> {
     ]);
     /// Beyond this many instances an app shows as one summary line (unless --all).
     const SUMMARY_ABOVE: usize = 8;
-    for app in status["apps"].as_array().into_iter().flatten() {
-        let name = app["name"].as_str().unwrap_or("?");
-        let workers = app["workers"].as_array().cloned().unwrap_or_default();
-        if workers.len() > SUMMARY_ABOVE && !all {
-            let ready = workers.iter().filter(|w| w["ready"] == true).count();
-            let restarts: u64 = workers.iter().filter_map(|w| w["restarts"].as_u64()).sum();
-            let rss: u64 = workers.iter().filter_map(|w| w["rss_bytes"].as_u64()).sum();
-            let cpu: f64 = workers
-                .iter()
-                .filter_map(|w| w["cpu_percent"].as_f64())
-                .sum();
+    for app in &status.apps {
+        let name = app.name.as_str();
+        if app.workers.len() > SUMMARY_ABOVE && !all {
+            let ready = app.workers.iter().filter(|w| w.ready).count();
+            let restarts: u64 = app.workers.iter().map(|w| u64::from(w.restarts)).sum();
+            let rss: u64 = app.workers.iter().filter_map(|w| w.rss_bytes).sum();
+            let cpu: f64 = app.workers.iter().filter_map(|w| w.cpu_percent).sum();
             table.add_row([
                 name.to_string(),
-                format!("{} instances", workers.len()),
+                format!("{} instances", app.workers.len()),
                 String::new(),
                 String::new(),
-                format!("{ready}/{}", workers.len()),
+                format!("{ready}/{}", app.workers.len()),
                 restarts.to_string(),
                 String::new(),
                 format!("{cpu:.1}%"),
@@ -189,24 +192,24 @@ pub fn status(socket: &Path, all: bool, json: bool) -> Result<(), Failure> {
             ]);
             continue;
         }
-        for worker in workers {
+        for worker in &app.workers {
             table.add_row([
                 name.to_string(),
-                worker["slot"].to_string(),
-                worker["pid"].as_i64().map_or("-".into(), |p| p.to_string()),
-                worker["state"].as_str().unwrap_or("?").to_string(),
-                if worker["ready"] == true { "yes" } else { "no" }.to_string(),
-                worker["restarts"].to_string(),
-                worker["uptime_s"].as_f64().map_or("-".into(), duration),
-                worker["cpu_percent"]
-                    .as_f64()
+                worker.slot.to_string(),
+                worker.pid.map_or("-".into(), |p| p.to_string()),
+                worker.state.clone(),
+                if worker.ready { "yes" } else { "no" }.to_string(),
+                worker.restarts.to_string(),
+                worker.uptime_s.map_or("-".into(), duration),
+                worker
+                    .cpu_percent
                     .map_or("-".into(), |c| format!("{c:.1}%")),
-                worker["rss_bytes"].as_u64().map_or("-".into(), megabytes),
-                worker["last_exit"].as_str().unwrap_or("-").to_string(),
-                worker["status"].as_str().unwrap_or("").to_string(),
+                worker.rss_bytes.map_or("-".into(), megabytes),
+                worker.last_exit.clone().unwrap_or_else(|| "-".into()),
+                worker.status.clone().unwrap_or_default(),
             ]);
         }
-        if app["rollout"]["halted"] == true {
+        if app.rollout.halted {
             table.add_row([
                 name.to_string(),
                 "rollout halted: a replacement failed; old instances serve".into(),
@@ -216,11 +219,12 @@ pub fn status(socket: &Path, all: bool, json: bool) -> Result<(), Failure> {
     print(&format!("{table}\n"));
     print(&format!(
         "file {} (version {}, applied {})\n",
-        status["file"].as_str().unwrap_or("?"),
-        status["version"],
-        status["applied_at"].as_str().unwrap_or("?")
+        status.file, status.version, status.applied_at
     ));
-    if let Some(error) = status["config_error"].as_str() {
+    if let Some(tracking) = &status.tracking {
+        print(&format!("processes tracked by {tracking}\n"));
+    }
+    if let Some(error) = &status.config_error {
         print(&format!(
             "the last edit is invalid; still running the version before it:\n{error}"
         ));
@@ -245,27 +249,22 @@ pub fn reload(socket: &Path, app: &str) -> Result<(), Failure> {
     let deadline = Instant::now() + WAIT_LIMIT;
     let mut shown = String::new();
     loop {
-        let status = ask(socket, Command::Status)?;
+        let status = ask_status(socket)?;
         let mut done = true;
         let mut line = Vec::new();
-        for app in status["apps"].as_array().into_iter().flatten() {
-            let name = app["name"].as_str().unwrap_or("?");
-            if !apps.iter().any(|a| a == name) {
-                continue;
-            }
-            let rollout = &app["rollout"];
-            if rollout["halted"] == true {
+        for app in status.apps.iter().filter(|a| apps.contains(&a.name)) {
+            let name = &app.name;
+            if app.rollout.halted {
                 print(&format!(
                     "{name}: rollout halted: a replacement failed to become ready; the old instances keep serving\n"
                 ));
                 return Err(fail(exit::HALTED, format!("{name}: rollout halted")));
             }
-            let (replaced, total) = (
-                rollout["replaced"].as_u64().unwrap_or(0),
-                rollout["total"].as_u64().unwrap_or(0),
-            );
-            line.push(format!("{name}: {replaced}/{total} replaced"));
-            done &= rollout["complete"] == true;
+            line.push(format!(
+                "{name}: {}/{} replaced",
+                app.rollout.replaced, app.rollout.total
+            ));
+            done &= app.rollout.complete;
         }
         let text = line.join(", ");
         if text != shown {
@@ -325,8 +324,15 @@ pub fn logs(
 }
 
 /// `supervise scale APP N|+N|-N`: edit `instances` in the file, then wait
-/// until the running count matches.
-pub fn scale(file: Option<&Path>, socket: &Path, app: &str, change: &str) -> Result<(), Failure> {
+/// (at most `timeout`) until the running count matches. Meanwhile, instances
+/// that are not coming up are shown with why (backoff, failed, the exit).
+pub fn scale(
+    file: Option<&Path>,
+    socket: &Path,
+    app: &str,
+    change: &str,
+    timeout: Duration,
+) -> Result<(), Failure> {
     let path = ecosystem_path(file).map_err(|m| fail(exit::USAGE, m))?;
     let shown = path.display().to_string();
     let checked = config::check_file(&path, &config::Host::detect())
@@ -341,30 +347,61 @@ pub fn scale(file: Option<&Path>, socket: &Path, app: &str, change: &str) -> Res
         return Err(fail(exit::INVALID, format!("{shown} has no app `{app}`")));
     };
     let before = spec.instances;
-    let after = crate::scale::target(before, change).map_err(|m| fail(exit::USAGE, m))?;
+    let after = crate::scale::target(before, change).map_err(|e| match e {
+        crate::scale::CountError::NotACount(m) => fail(exit::USAGE, m),
+        crate::scale::CountError::Refused(m) => fail(exit::INVALID, m),
+    })?;
     // The supervisor must be there to follow the edit.
     ask(socket, Command::Status)?;
     crate::scale::edit_file(&path, &checked.text, app, after)
         .map_err(|m| fail(exit::INVALID, m))?;
-    let deadline = Instant::now() + WAIT_LIMIT;
+    let deadline = Instant::now() + timeout;
+    let mut shown_problems = String::new();
     loop {
-        let status = ask(socket, Command::Status)?;
-        let running = status["apps"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|a| a["name"] == app)
-            .map(|a| a["running"].as_u64().unwrap_or(0));
-        if running == Some(u64::from(after)) {
+        let status = ask_status(socket)?;
+        let Some(found) = status.apps.iter().find(|a| a.name == app) else {
+            return Err(fail(
+                exit::INVALID,
+                format!("the supervisor has no app `{app}`"),
+            ));
+        };
+        if found.instances == after && found.running == after {
             print(&format!(
                 "{app}: instances {before} → {after} (edited {shown})\n"
             ));
             return Ok(());
         }
+        // Not there yet: say which instances are not coming up, and why.
+        let problems: Vec<String> = found
+            .workers
+            .iter()
+            .filter(|w| {
+                w.slot < after && !matches!(w.state.as_str(), "starting" | "ready" | "stopping")
+            })
+            .map(|w| {
+                let why = w.last_exit.as_deref().unwrap_or("no exit yet");
+                format!(
+                    "  {app}.{}: {} ({why}; {} restarts)",
+                    w.slot, w.state, w.restarts
+                )
+            })
+            .collect();
+        let text = problems.join("\n");
+        if !text.is_empty() && text != shown_problems {
+            print(&format!(
+                "{app}: {} of {after} running; not coming up:\n{text}\n",
+                found.running
+            ));
+            shown_problems = text;
+        }
         if Instant::now() > deadline {
             return Err(fail(
                 exit::HALTED,
-                format!("{app}: timed out waiting for {after} instances"),
+                format!(
+                    "{app}: {} of {after} instances running after {}; the file says {after}",
+                    found.running,
+                    humantime::format_duration(timeout)
+                ),
             ));
         }
         std::thread::sleep(POLL_INTERVAL);

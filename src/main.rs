@@ -47,7 +47,11 @@ fn main() -> ExitCode {
                 },
             )
         }),
-        Some(Command::Scale { app, count }) => with_socket(&|s| client::scale(file, s, app, count)),
+        Some(Command::Scale {
+            app,
+            count,
+            timeout,
+        }) => with_socket(&|s| client::scale(file, s, app, count, *timeout)),
         Some(Command::Logs {
             target,
             lines,

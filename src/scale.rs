@@ -15,28 +15,37 @@ use crate::config::diagnostic::Location;
 use crate::config::node::{self, Node, NodeKind};
 use crate::spec::defaults::MAX_INSTANCES;
 
+/// Why a count was not taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CountError {
+    /// Not N, +N or -N (a usage error).
+    NotACount(String),
+    /// A count, but not one that can be (below 0, above the limit).
+    Refused(String),
+}
+
 /// `3`, `+2` or `-1` applied to the current count.
-pub fn target(current: u32, change: &str) -> Result<u32, String> {
+pub fn target(current: u32, change: &str) -> Result<u32, CountError> {
     let parsed = |digits: &str| {
-        digits
-            .parse::<u32>()
-            .map_err(|_| format!("`{change}` is not a count: write N, +N or -N"))
+        digits.parse::<u32>().map_err(|_| {
+            CountError::NotACount(format!("`{change}` is not a count: write N, +N or -N"))
+        })
     };
     let value = if let Some(more) = change.strip_prefix('+') {
         current
             .checked_add(parsed(more)?)
-            .ok_or("too many instances")?
+            .ok_or_else(|| CountError::Refused("too many instances".into()))?
     } else if let Some(fewer) = change.strip_prefix('-') {
-        current
-            .checked_sub(parsed(fewer)?)
-            .ok_or_else(|| format!("cannot go below 0 instances (now {current})"))?
+        current.checked_sub(parsed(fewer)?).ok_or_else(|| {
+            CountError::Refused(format!("cannot go below 0 instances (now {current})"))
+        })?
     } else {
         parsed(change)?
     };
     if value > MAX_INSTANCES {
-        return Err(format!(
+        return Err(CountError::Refused(format!(
             "{value} instances is more than the limit of {MAX_INSTANCES}"
-        ));
+        )));
     }
     Ok(value)
 }
@@ -172,10 +181,10 @@ mod tests {
         assert_eq!(target(2, "5"), Ok(5));
         assert_eq!(target(2, "+3"), Ok(5));
         assert_eq!(target(2, "-1"), Ok(1));
-        assert!(target(2, "-3").is_err());
-        assert!(target(2, "many").is_err());
-        assert!(target(2, "+").is_err());
-        assert!(target(2, "5000").is_err());
+        assert!(matches!(target(2, "-3"), Err(CountError::Refused(_))));
+        assert!(matches!(target(2, "many"), Err(CountError::NotACount(_))));
+        assert!(matches!(target(2, "+"), Err(CountError::NotACount(_))));
+        assert!(matches!(target(2, "5000"), Err(CountError::Refused(_))));
     }
 
     #[test]

@@ -61,12 +61,13 @@ fn systemd_notify_from_a_shell_script_marks_the_worker_ready() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn systemd_notify_works_for_a_worker_running_as_another_user() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 || !have_systemd_notify() {
-        println!("skipped: needs root and systemd-notify");
-        return;
-    }
+    require_root();
+    assert!(
+        have_systemd_notify(),
+        "systemd-notify is needed (apt-get install systemd)"
+    );
     let mut s = Supervised::start_with(&notify_app("    user: nobody\n    cwd: /\n"), &[], |_| {});
     let ready = s.wait_event("ready", "notified");
     assert_eq!(ready["via"], "notify");

@@ -290,12 +290,9 @@ fn hostile_clients_do_not_disturb_the_supervisor() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn the_peer_uid_is_checked_even_when_permissions_are_loosened() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("skipped: connecting as another user needs root");
-        return;
-    }
+    require_root();
     let mut s = started(APPS);
     let socket = socket(&s);
     // Loosen what the 0700 directory and the 0600 socket would refuse anyway.
@@ -359,5 +356,77 @@ fn a_stale_socket_from_a_killed_supervisor_is_replaced() {
     assert!(
         answered,
         "the new supervisor answers on the replaced socket"
+    );
+}
+
+/// utime + stime of `pid`, in clock ticks.
+fn cpu_ticks(pid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let field = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    field(11) + field(12)
+}
+
+fn fd_count(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+#[test]
+fn idle_clients_are_capped_and_the_rest_wait() {
+    let s = started(APPS);
+    let socket = socket(&s);
+    let before = fd_count(s.pid());
+    let held: Vec<UnixStream> = (0..150)
+        .filter_map(|_| UnixStream::connect(&socket).ok())
+        .collect();
+    assert!(eventually(WAIT, || fd_count(s.pid()) >= before + 64));
+    let during = fd_count(s.pid());
+    assert!(
+        during <= before + 64 + 2,
+        "{during} fds with 150 idle clients ({before} before): at most 64 are served at once"
+    );
+    drop(held);
+    assert!(eventually(WAIT, || client(&s, &["status"])
+        .status
+        .success()));
+}
+
+#[test]
+fn out_of_fds_the_control_socket_backs_off_and_recovers() {
+    // A hard limit of 40 fds: a hundred idle clients exhaust them.
+    let mut s = Supervised::start_wrapped(APPS, &["prlimit", "--nofile=40:40", "--"], &[], |_| {});
+    s.wait_count("ready", "web", 2);
+    s.wait_count("ready", "api", 1);
+    let socket = socket(&s);
+    let held: Vec<UnixStream> = (0..100)
+        .filter_map(|_| UnixStream::connect(&socket).ok())
+        .collect();
+    s.wait_for("the accept failure", |e| {
+        e["event"] == "control_accept_failed"
+    });
+    // It pauses between attempts instead of spinning on EMFILE: over a
+    // second, well under 0.2 s of CPU (the busy loop it replaced took all).
+    let ticks = cpu_ticks(s.pid());
+    let window = std::time::Instant::now();
+    while window.elapsed() < Duration::from_secs(1) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let used = cpu_ticks(s.pid()) - ticks;
+    assert!(used < 20, "{used} ticks of CPU in 1 s while out of fds");
+    drop(held);
+    assert!(
+        eventually(Duration::from_secs(15), || client(&s, &["status"])
+            .status
+            .success()),
+        "a client is served once fds are free again\n{}",
+        s.dump()
     );
 }

@@ -587,12 +587,9 @@ apps:
 }
 
 #[test]
+#[ignore = "needs root"]
 fn workers_run_as_the_configured_user_when_root() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("skipped: switching users needs root");
-        return;
-    }
+    require_root();
     let mut s = Supervised::start(
         r#"
 apps:

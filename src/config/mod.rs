@@ -438,4 +438,78 @@ mod tests {
         assert!(as_user.is_valid(), "not being root is a warning only");
         assert!(as_user.diagnostics[0].message.contains("only root"));
     }
+
+    /// Accounts that answer from a table and count the questions.
+    #[derive(Debug, Default)]
+    struct TableAccounts {
+        asked: std::sync::atomic::AtomicUsize,
+    }
+
+    impl crate::host::Accounts for TableAccounts {
+        fn user(&self, name: &str) -> Result<Option<crate::host::Account>, String> {
+            self.asked
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok((name == "deploy").then(|| crate::host::Account {
+                uid: 4242,
+                gid: 4242,
+                home: "/home/deploy".into(),
+            }))
+        }
+        fn group(&self, name: &str) -> Result<Option<u32>, String> {
+            self.asked
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok((name == "www").then_some(33))
+        }
+        fn groups_of(&self, _user: &str, gid: u32) -> Result<Vec<u32>, String> {
+            self.asked
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok(vec![gid, 27])
+        }
+    }
+
+    #[test]
+    fn users_and_groups_come_from_the_injected_lookups_and_are_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let accounts = std::sync::Arc::new(TableAccounts::default());
+        let host = Host {
+            accounts: accounts.clone(),
+            ..Host { uid: 0, ..host() }
+        };
+        let text = "apps:\n  web:\n    command: sleep 1\n    user: deploy\n    group: www\n";
+        let checked = check_text(text, &dir.path().join("ecosystem.yaml"), &host);
+        let identity = checked.desired.unwrap().apps[0]
+            .process
+            .identity
+            .clone()
+            .unwrap();
+        assert_eq!((identity.uid, identity.gid), (4242, 33));
+        assert_eq!(
+            identity.groups,
+            [33, 27],
+            "supplementary groups, looked up once, here"
+        );
+        assert_eq!(accounts.asked.load(std::sync::atomic::Ordering::Relaxed), 3);
+        let unknown = check_text(
+            "apps:\n  web:\n    command: sleep 1\n    user: nobody-here\n",
+            &dir.path().join("ecosystem.yaml"),
+            &host,
+        );
+        assert!(
+            unknown.diagnostics[0]
+                .message
+                .contains("no user named `nobody-here`")
+        );
+    }
+
+    #[test]
+    fn the_program_is_found_when_the_file_is_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let checked = check_text(
+            "apps:\n  web:\n    command: sh -c true\n",
+            &dir.path().join("ecosystem.yaml"),
+            &host(),
+        );
+        let program = checked.desired.unwrap().apps[0].process.program.clone();
+        assert_eq!(program.as_deref(), Some(Path::new("/usr/bin/sh")));
+    }
 }

@@ -112,6 +112,9 @@ pub enum Action {
     SweepSockets,
     /// Tell systemd (when it supervises us): `READY=1`, `STOPPING=1` …
     Systemd(&'static str),
+    /// No worker stands for this slot (or, `None`, this app) any more: its
+    /// kept output can go.
+    ForgetOutput { app: String, slot: Option<u32> },
     /// Log what happened.
     Report(Event),
 }
@@ -437,10 +440,18 @@ impl Core {
                 }
             }
         }
-        let before = self.apps.len();
-        self.apps
-            .retain(|_, app| !(app.removed && app.workers.is_empty()));
-        if self.apps.len() != before {
+        let gone: Vec<String> = self
+            .apps
+            .iter()
+            .filter(|(_, app)| app.removed && app.workers.is_empty())
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in gone {
+            self.apps.shift_remove(&name);
+            self.emit(Action::ForgetOutput {
+                app: name,
+                slot: None,
+            });
             self.emit(Action::SweepSockets);
         }
         self.maybe_all_ready();
@@ -572,6 +583,21 @@ impl Core {
             signal,
             uptime: now.saturating_duration_since(started),
         });
+    }
+
+    /// A worker of `slot` was forgotten: when no other stands for that slot
+    /// and it is not wanted, its output goes too.
+    fn slot_left(&mut self, name: &str, slot: u32) {
+        let Some(app) = self.apps.get(name) else {
+            return;
+        };
+        let unwanted = app.removed || slot >= app.spec.instances;
+        if unwanted && !app.workers.values().any(|w| w.slot == slot) {
+            self.emit(Action::ForgetOutput {
+                app: name.to_string(),
+                slot: Some(slot),
+            });
+        }
     }
 
     /// Report `all_ready` (and tell systemd) once every wanted instance is ready.

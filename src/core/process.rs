@@ -168,6 +168,7 @@ impl Core {
             Ok(end) => end,
             Err(refused) => return self.ignored(refused),
         };
+        let slot = instance.slot;
         if end == StopEnd::Remove {
             app.workers.remove(&id);
             app.prune_definitions();
@@ -181,6 +182,10 @@ impl Core {
             instance: instance.clone(),
         });
         self.emit(Action::SweepSockets);
+        if end == StopEnd::Remove {
+            let name = instance.app.clone();
+            self.slot_left(&name, slot);
+        }
         if let super::worker::State::Stopping {
             since,
             killed,

@@ -38,6 +38,12 @@ pub const RING_LINES: usize = 1000;
 pub const RING_BYTES: usize = 256 * 1024;
 /// Lines a `logs -f` client may fall behind before it misses some.
 pub const FOLLOW_QUEUE: usize = 4096;
+/// Clients served at once; more wait in the listen backlog.
+pub const MAX_CONNECTIONS: usize = 64;
+/// The first pause after a failed accept (EMFILE), doubled each time…
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+/// …up to this.
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// A request for the loop, with where its replies go.
 pub struct ControlRequest {
@@ -80,6 +86,18 @@ impl LogHub {
             }
         }
         let _ = self.feed.send((app.clone(), slot, text));
+    }
+
+    /// Drop the rings of one slot of `app`, or of all its slots.
+    pub fn forget(&self, app: &str, slot: Option<u32>) {
+        if let Ok(mut rings) = self.rings.lock() {
+            rings.retain(|(a, s), _| &**a != app || slot.is_some_and(|slot| *s != slot));
+        }
+    }
+
+    /// How many rings are kept (for tests).
+    pub fn rings(&self) -> usize {
+        self.rings.lock().map_or(0, |rings| rings.len())
     }
 
     /// Up to `count` last lines of each matching instance, oldest first.
@@ -128,7 +146,10 @@ pub fn bind(path: &Path) -> io::Result<UnixListener> {
     Ok(listener)
 }
 
-/// Accept clients for as long as the supervisor runs.
+/// Accept clients for as long as the supervisor runs: at most
+/// [`MAX_CONNECTIONS`] at once (more wait in the listen backlog), and after
+/// an accept error (EMFILE: out of fds) a pause that doubles up to
+/// [`ACCEPT_BACKOFF_MAX`] instead of a busy loop.
 pub async fn serve(
     listener: UnixListener,
     requests: mpsc::Sender<ControlRequest>,
@@ -136,9 +157,27 @@ pub async fn serve(
 ) {
     // SAFETY: geteuid has no preconditions.
     let our_uid = unsafe { libc::geteuid() };
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let mut backoff = ACCEPT_BACKOFF_MIN;
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => {
+                backoff = ACCEPT_BACKOFF_MIN;
+                stream
+            }
+            Err(error) => {
+                warn!(
+                    event = "control_accept_failed",
+                    "control socket: cannot accept a client ({error}); trying again in {}ms",
+                    backoff.as_millis()
+                );
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                continue;
+            }
         };
         let requests = requests.clone();
         let logs = logs.clone();
@@ -146,6 +185,7 @@ pub async fn serve(
             if let Err(error) = connection(stream, our_uid, requests, logs).await {
                 debug!("control connection: {error}");
             }
+            drop(permit);
         });
     }
 }
@@ -321,5 +361,10 @@ mod tests {
             1,
             "bounded in bytes too"
         );
+        hub.forget("web", Some(2));
+        assert_eq!(hub.rings(), 2);
+        hub.push(&"api".into(), 0, b"x");
+        hub.forget("web", None);
+        assert_eq!(hub.rings(), 1, "only api's ring is left");
     }
 }

@@ -391,6 +391,13 @@ impl Effects for FakeEffects {
         self.systemd.push(state.to_string());
     }
 
+    fn forget_output(&mut self, app: &str, slot: Option<u32>) {
+        self.history.push(match slot {
+            Some(slot) => format!("forget output {app}.{slot}"),
+            None => format!("forget output {app}"),
+        });
+    }
+
     fn usage(&mut self) -> HashMap<i32, GroupUsage> {
         HashMap::new()
     }

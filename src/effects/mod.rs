@@ -96,6 +96,9 @@ pub trait Effects {
     /// Tell systemd, when it supervises us.
     fn notify_systemd(&mut self, state: &str);
 
+    /// Drop the output kept for a slot (or a whole app) that is gone.
+    fn forget_output(&mut self, app: &str, slot: Option<u32>);
+
     /// Memory and CPU time per process group (for `status`).
     fn usage(&mut self) -> HashMap<i32, GroupUsage>;
 }

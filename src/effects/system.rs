@@ -340,6 +340,10 @@ impl Effects for System {
         }
     }
 
+    fn forget_output(&mut self, app: &str, slot: Option<u32>) {
+        self.setup.logs.forget(app, slot);
+    }
+
     fn usage(&mut self) -> HashMap<i32, GroupUsage> {
         procfs::group_usage()
     }

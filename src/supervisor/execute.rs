@@ -33,6 +33,7 @@ impl<E: Effects> Supervisor<E> {
                 Action::CancelProbe { pid } => self.effects.cancel_probe(pid),
                 Action::SweepSockets => sweep = true,
                 Action::Systemd(state) => self.effects.notify_systemd(state),
+                Action::ForgetOutput { app, slot } => self.effects.forget_output(&app, slot),
                 Action::Report(event) => report::event(&event, &self.shown),
             }
         }

@@ -384,3 +384,14 @@ pub fn listening_port(s: &mut Supervised) -> u16 {
         .parse()
         .unwrap()
 }
+
+/// Tests marked `#[ignore = "needs root"]` run with `--ignored` (`.ci/run`
+/// does when it is root); run without root they fail, they do not pass.
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "this test needs root: run it as root (cargo test -- --ignored)"
+    );
+}

@@ -581,3 +581,41 @@ fn reconcile_is_n_log_n_not_n_squared() {
     // 4× the workers: N log N costs ~4.8× as much, N² would cost 16×.
     assert!(large < small * 10, "1,000: {small:?}; 4,000: {large:?}");
 }
+
+#[test]
+fn the_kept_output_of_a_slot_or_app_that_goes_away_is_dropped() {
+    let mut w = world(4, Readiness::Immediate);
+    step(
+        &mut w,
+        Step::Crash {
+            process: 1,
+            code: 2,
+        },
+    );
+    wait(&mut w, 200);
+    assert!(
+        !w.history().iter().any(|l| l.starts_with("forget output")),
+        "a restart keeps its slot's output"
+    );
+    step(
+        &mut w,
+        Step::Edit(Edit::Scale {
+            app: 0,
+            instances: 2,
+        }),
+    );
+    wait(&mut w, 10);
+    let mut forgotten: Vec<&String> = w
+        .history()
+        .iter()
+        .filter(|l| l.starts_with("forget output"))
+        .collect();
+    forgotten.sort();
+    assert_eq!(forgotten, ["forget output web.2", "forget output web.3"]);
+    step(&mut w, Step::Edit(Edit::Remove { app: 0 }));
+    wait(&mut w, 10);
+    assert_eq!(
+        w.history().last().map(String::as_str),
+        Some("forget output web")
+    );
+}
