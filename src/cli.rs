@@ -14,6 +14,7 @@ use crate::effects::logging;
 use crate::effects::output::{LogFormat, LogSink};
 use crate::effects::runtime::{self, Claim, LockError};
 use crate::effects::sockets::SocketRegistry;
+use crate::effects::spawn::Spawner;
 use crate::effects::system::Setup;
 use crate::effects::systemd::SystemdNotifier;
 use crate::effects::undertaker::Undertaker;
@@ -409,6 +410,15 @@ pub fn run(cli: &Cli) -> ExitCode {
             return ExitCode::from(exit::INVALID);
         }
     };
+    let spawner = match Spawner::start() {
+        Ok(spawner) => spawner,
+        Err(error) => {
+            err(&format!(
+                "error: cannot start the spawner process: {error}\n"
+            ));
+            return ExitCode::from(exit::INVALID);
+        }
+    };
     // Watch before the first read, so no edit can fall between the two.
     let watcher = match config::absolute_path(&path) {
         Ok(absolute) => FileWatcher::new(&absolute),
@@ -499,6 +509,7 @@ pub fn run(cli: &Cli) -> ExitCode {
         format,
         logs: logs.clone(),
         undertaker,
+        spawner,
         base_env: worker_base_env(std::env::vars_os()),
         nofile_soft,
         systemd: SystemdNotifier::from_env(std::env::var_os("NOTIFY_SOCKET")),

@@ -6,6 +6,18 @@ use supervise::client;
 use supervise::control::Command as Request;
 
 fn main() -> ExitCode {
+    // The spawner: our own binary, started by the supervisor (see
+    // effects::spawn::Spawner), its socket as fd 3.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == supervise::effects::spawn::SPAWNER_ARG)
+    {
+        use std::os::fd::FromRawFd;
+        // SAFETY: the supervisor started us with our socket as fd 3, ours to own.
+        let socket = unsafe { std::os::fd::OwnedFd::from_raw_fd(3) };
+        supervise::effects::spawn::serve_spawner(socket);
+        return ExitCode::SUCCESS;
+    }
     let args = Cli::parse_from(cli::follow_flag_after_logs(std::env::args_os()));
     let file = args.file.as_deref();
     let socket = || client::socket_path(file, args.socket.as_deref());

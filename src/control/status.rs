@@ -22,6 +22,28 @@ pub struct StatusReply {
     pub apps: Vec<AppStatus>,
 }
 
+impl StatusReply {
+    /// Fill in every running worker's CPU share (over its life) and memory
+    /// from `usage` (per process group, from /proc; `ticks` per second).
+    pub fn add_usage(
+        &mut self,
+        usage: &std::collections::HashMap<i32, crate::effects::GroupUsage>,
+        ticks: u64,
+    ) {
+        for worker in self.apps.iter_mut().flat_map(|a| a.workers.iter_mut()) {
+            let Some(pid) = worker.pid else {
+                continue;
+            };
+            let group = usage.get(&pid).copied().unwrap_or_default();
+            worker.rss_bytes = Some(group.rss_bytes);
+            worker.cpu_percent = worker
+                .uptime_s
+                .filter(|u| *u > 0.0)
+                .map(|u| group.cpu_ticks as f64 / ticks.max(1) as f64 / u * 100.0);
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AppStatus {
     pub name: String,

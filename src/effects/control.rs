@@ -48,7 +48,8 @@ const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// A request for the loop, with where its replies go.
 pub struct ControlRequest {
     pub command: Command,
-    pub reply: mpsc::Sender<Value>,
+    /// Reply lines (JSON, without the newline).
+    pub reply: mpsc::Sender<String>,
 }
 
 /// The last lines of every instance, and a feed of new ones.
@@ -215,7 +216,11 @@ fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
 }
 
 async fn send(stream: &mut tokio::net::unix::OwnedWriteHalf, value: &Value) -> io::Result<()> {
-    let mut line = value.to_string().into_bytes();
+    send_line(stream, value.to_string()).await
+}
+
+async fn send_line(stream: &mut tokio::net::unix::OwnedWriteHalf, line: String) -> io::Result<()> {
+    let mut line = line.into_bytes();
     line.push(b'\n');
     tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(&line))
         .await
@@ -282,8 +287,8 @@ async fn connection(
         )
         .await;
     }
-    while let Some(value) = replies.recv().await {
-        send(&mut write, &value).await?;
+    while let Some(line) = replies.recv().await {
+        send_line(&mut write, line).await?;
     }
     Ok(())
 }

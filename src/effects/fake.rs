@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 
 use super::spawn::ExecStatus;
-use super::{BindError, Effects, GroupUsage, Reaped, SpawnFailure};
+use super::{BindError, Effects, Reaped, SpawnFailure};
 use crate::core::SpawnOrder;
 use crate::core::worker::{Exit, StartError};
 use crate::spec::{ListenAddress, Readiness, SocketKey};
@@ -349,10 +349,22 @@ impl Effects for FakeEffects {
 
     fn forget_group(&mut self, _pgid: i32) {}
 
-    fn exec_known(&mut self, pid: i32, _error: Option<StartError>) {
-        if let Some(process) = self.processes.get_mut(&pid) {
-            process.exec_known = true;
-        }
+    fn exec_known(&mut self, pid: i32, _error: Option<StartError>) -> Option<Reaped> {
+        let process = self.processes.get_mut(&pid)?;
+        process.exec_known = true;
+        // A zombie waiting for its exec status is reaped with it, as the
+        // real effects do.
+        let Life::Zombie(exit) = process.life else {
+            return None;
+        };
+        process.life = Life::Reaped;
+        self.probes.remove(&pid);
+        let process = &self.processes[&pid];
+        Some(Reaped {
+            pid,
+            exit,
+            start_error: process.start_error,
+        })
     }
 
     fn cancel_probe(&mut self, pid: i32) {
@@ -396,9 +408,5 @@ impl Effects for FakeEffects {
             Some(slot) => format!("forget output {app}.{slot}"),
             None => format!("forget output {app}"),
         });
-    }
-
-    fn usage(&mut self) -> HashMap<i32, GroupUsage> {
-        HashMap::new()
     }
 }

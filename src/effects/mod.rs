@@ -23,7 +23,7 @@ pub mod systemd;
 pub mod undertaker;
 pub mod watch;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::os::fd::RawFd;
 use std::time::Instant;
 
@@ -81,8 +81,9 @@ pub trait Effects {
     fn forget_group(&mut self, pgid: i32);
 
     /// `exec` in process `pid` succeeded (`None`) or failed: recorded, so that
-    /// its exit, if it comes first, is reaped with the cause.
-    fn exec_known(&mut self, pid: i32, error: Option<StartError>);
+    /// its exit is reaped with the cause. An exit that was reaped before (and
+    /// held back for this) is returned now.
+    fn exec_known(&mut self, pid: i32, error: Option<StartError>) -> Option<Reaped>;
 
     /// Stop the readiness probe of process `pid`, if one runs.
     fn cancel_probe(&mut self, pid: i32);
@@ -98,7 +99,4 @@ pub trait Effects {
 
     /// Drop the output kept for a slot (or a whole app) that is gone.
     fn forget_output(&mut self, app: &str, slot: Option<u32>);
-
-    /// Memory and CPU time per process group (for `status`).
-    fn usage(&mut self) -> HashMap<i32, GroupUsage>;
 }

@@ -13,8 +13,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
 use std::time::{Duration, SystemTime};
 
-use tokio::io::AsyncReadExt;
-
 use super::control::LogHub;
 
 /// Lines waiting for the terminal; beyond this they are dropped (and counted).
@@ -301,6 +299,13 @@ impl LineSplitter {
     }
 }
 
+std::thread_local! {
+    /// The one read buffer every pump on this thread shares: pumps run on the
+    /// loop's single thread and never hold it across an await, so thousands of
+    /// idle workers cost no buffer each.
+    static CHUNK: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; READ_CHUNK_BYTES]);
+}
+
 /// Read a worker's pipe until EOF, forwarding each line to the sink and to
 /// the instance's ring for `supervise logs`.
 pub async fn pump(
@@ -311,19 +316,29 @@ pub async fn pump(
     logs: Arc<LogHub>,
     format: LogFormat,
 ) {
-    let Ok(mut pipe) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
+    let Ok(pipe) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
         return;
     };
     let mut splitter = LineSplitter::default();
-    let mut chunk = vec![0u8; READ_CHUNK_BYTES];
     let mut emit = |line: &[u8]| {
         logs.push(&source.app, source.slot, line);
         sink.send_output(render_line(&source, stream, line, format));
     };
     loop {
-        match pipe.read(&mut chunk).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => splitter.feed(&chunk[..n], &mut emit),
+        if pipe.readable().await.is_err() {
+            break;
+        }
+        let read = CHUNK.with_borrow_mut(|chunk| match pipe.try_read(chunk) {
+            Ok(0) => Err(()),
+            Ok(n) => {
+                splitter.feed(&chunk[..n], &mut emit);
+                Ok(())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(()),
+            Err(_) => Err(()),
+        });
+        if read.is_err() {
+            break;
         }
     }
     splitter.finish(&mut emit);

@@ -29,42 +29,50 @@ pub struct GroupUsage {
     pub cpu_ticks: u64,
 }
 
-/// Memory and CPU time per process group, from one pass over /proc.
+/// Memory and CPU time per process group, from one pass over /proc (one
+/// read per process into one reused buffer).
 pub fn group_usage() -> std::collections::HashMap<i32, GroupUsage> {
+    use std::io::Read;
     // SAFETY: sysconf has no preconditions.
     let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
     let mut usage = std::collections::HashMap::new();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return usage;
     };
+    let mut path = String::with_capacity(32);
+    let mut stat = String::with_capacity(512);
     for entry in entries.flatten() {
-        if !entry
-            .file_name()
+        let name = entry.file_name();
+        let Some(pid) = name
             .to_str()
-            .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
-        {
-            continue;
-        }
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
             continue;
         };
+        path.clear();
+        path.push_str("/proc/");
+        path.push_str(pid);
+        path.push_str("/stat");
+        stat.clear();
+        let read = std::fs::File::open(&path).and_then(|mut file| file.read_to_string(&mut stat));
+        if read.is_err() {
+            continue;
+        }
         let Some(close) = stat.rfind(')') else {
             continue;
         };
-        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
         // After the name: state(0) ppid(1) pgrp(2) … utime(11) stime(12) … rss(21)
-        let number = |i: usize| {
-            fields
-                .get(i)
-                .and_then(|f| f.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        let Some(pgrp) = fields.get(2).and_then(|f| f.parse::<i32>().ok()) else {
+        let mut fields = stat[close + 1..].split_whitespace();
+        let mut number = |skip: usize| fields.nth(skip).and_then(|f| f.parse::<u64>().ok());
+        let Some(pgrp) = number(2) else {
             continue;
         };
-        let group = usage.entry(pgrp).or_insert_with(GroupUsage::default);
-        group.rss_bytes += number(21) * page;
-        group.cpu_ticks += number(11) + number(12);
+        let utime = number(8).unwrap_or(0);
+        let stime = number(0).unwrap_or(0);
+        let rss = number(8).unwrap_or(0);
+        let group = usage.entry(pgrp as i32).or_insert_with(GroupUsage::default);
+        group.rss_bytes += rss * page;
+        group.cpu_ticks += utime + stime;
     }
     usage
 }
@@ -97,6 +105,14 @@ mod tests {
         assert_eq!(stat_pgrp("123 (sleep) S 1 456 456 0 -1"), Some(456));
         assert_eq!(stat_pgrp("123 (a) b) (c) S 1 789 789 0"), Some(789));
         assert_eq!(stat_pgrp("garbage"), None);
+    }
+
+    #[test]
+    fn usage_of_our_own_group_has_our_memory() {
+        // SAFETY: getpgrp has no preconditions.
+        let pgid = unsafe { libc::getpgrp() };
+        let ours = group_usage()[&pgid];
+        assert!(ours.rss_bytes > 1024 * 1024, "{ours:?}");
     }
 
     #[test]

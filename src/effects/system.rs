@@ -7,9 +7,10 @@
 //! a channel the loop reads ([`ExecReport`]). A child can be reaped before its
 //! report is read; its exit then waits ([`System::reap`] defers it) until the
 //! report arrives — which it does at once, since a dead child's pipe is
-//! readable — so the core always learns *why* a process ended.
+//! readable — and comes back with it ([`Effects::exec_known`]), so the core
+//! always learns *why* a process ended.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::os::fd::{OwnedFd, RawFd};
 use std::sync::Arc;
@@ -25,10 +26,10 @@ use super::control::LogHub;
 use super::output::{self, LogFormat, LogSink, Source, Stream};
 use super::probe;
 use super::sockets::{BindError, SocketRegistry};
-use super::spawn::{self, ExecStatus, SpawnRequest};
+use super::spawn::{self, ExecStatus, SpawnRequest, Spawner};
 use super::systemd::SystemdNotifier;
 use super::undertaker::Undertaker;
-use super::{Effects, GroupUsage, Reaped, SpawnFailure, procfs};
+use super::{Effects, Reaped, SpawnFailure, procfs};
 use crate::core::SpawnOrder;
 use crate::core::worker::{Exit, StartError};
 use crate::spec::{ListenAddress, Readiness, SocketKey};
@@ -50,6 +51,8 @@ pub struct Setup {
     pub format: LogFormat,
     pub logs: Arc<LogHub>,
     pub undertaker: Undertaker,
+    /// Forks the workers (see [`super::spawn::Spawner`]).
+    pub spawner: Spawner,
     /// The supervisor's environment minus `NOTIFY_SOCKET`, `LISTEN_*`, `WATCHDOG_*`.
     pub base_env: Vec<(OsString, OsString)>,
     /// The RLIMIT_NOFILE soft limit we started with (workers get it back).
@@ -80,8 +83,6 @@ pub struct System {
     processes: HashMap<i32, Tracked>,
     /// Reaped before their exec status was read: `pid → exit`.
     deferred: HashMap<i32, Exit>,
-    /// Deferred exits whose status arrived, for the next [`Effects::reap`].
-    released: VecDeque<Reaped>,
     reports: Reports,
 }
 
@@ -93,7 +94,6 @@ impl System {
             sockets,
             processes: HashMap::new(),
             deferred: HashMap::new(),
-            released: VecDeque::new(),
             reports,
         }
     }
@@ -108,11 +108,14 @@ impl System {
         self.setup.undertaker.pid()
     }
 
-    /// Everything stopped: dismiss the undertaker (it exits on EOF) and
-    /// return its pid for a last reap, with the output queue.
-    pub fn finish(self) -> (i32, LogSink) {
+    /// Everything stopped: dismiss the undertaker and the spawner (each exits
+    /// when its socket or pipe closes) and return their pids for a last reap,
+    /// with the output queue.
+    pub fn finish(self) -> ([i32; 2], LogSink) {
         let System { setup, .. } = self;
-        (setup.undertaker.dismiss(), setup.sink)
+        let spawner = setup.spawner.pid();
+        drop(setup.spawner);
+        ([setup.undertaker.dismiss(), spawner], setup.sink)
     }
 
     fn untrack(&mut self, pid: i32) {
@@ -198,10 +201,11 @@ impl Effects for System {
             base_env: &self.setup.base_env,
             nofile_soft: self.setup.nofile_soft,
         };
-        let spawned = spawn::spawn(&request).map_err(|e| SpawnFailure {
-            error: e.start_error(),
-            detail: e.to_string(),
-        })?;
+        let spawned =
+            spawn::spawn(&request, &mut self.setup.spawner).map_err(|e| SpawnFailure {
+                error: e.start_error(),
+                detail: e.to_string(),
+            })?;
         let pid = spawned.pid;
         if let Err(error) = self.setup.undertaker.watch(pid) {
             warn!("cannot tell the undertaker about process group {pid}: {error}");
@@ -241,9 +245,6 @@ impl Effects for System {
 
     fn reap(&mut self) -> Option<Reaped> {
         loop {
-            if let Some(reaped) = self.released.pop_front() {
-                return Some(reaped);
-            }
             let mut status = 0;
             // SAFETY: waitpid with a valid status pointer; -1 = any child.
             let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
@@ -265,6 +266,11 @@ impl Effects for System {
                     event = "undertaker_died",
                     "the undertaker (pid {pid}) {exit}; workers may outlive a crash of the supervisor"
                 );
+                continue;
+            }
+            if pid == self.setup.spawner.pid() {
+                // The next spawn finds its socket closed and starts another.
+                error!("the spawner (pid {pid}) {exit}; another starts with the next spawn");
                 continue;
             }
             let start_error = match self.processes.get(&pid).map(|t| &t.exec) {
@@ -304,18 +310,17 @@ impl Effects for System {
         }
     }
 
-    fn exec_known(&mut self, pid: i32, error: Option<StartError>) {
+    fn exec_known(&mut self, pid: i32, error: Option<StartError>) -> Option<Reaped> {
         if let Some(tracked) = self.processes.get_mut(&pid) {
             tracked.exec = Exec::Known(error);
         }
-        if let Some(exit) = self.deferred.remove(&pid) {
-            self.untrack(pid);
-            self.released.push_back(Reaped {
-                pid,
-                exit,
-                start_error: error,
-            });
-        }
+        let exit = self.deferred.remove(&pid)?;
+        self.untrack(pid);
+        Some(Reaped {
+            pid,
+            exit,
+            start_error: error,
+        })
     }
 
     fn cancel_probe(&mut self, pid: i32) {
@@ -342,10 +347,6 @@ impl Effects for System {
 
     fn forget_output(&mut self, app: &str, slot: Option<u32>) {
         self.setup.logs.forget(app, slot);
-    }
-
-    fn usage(&mut self) -> HashMap<i32, GroupUsage> {
-        procfs::group_usage()
     }
 }
 

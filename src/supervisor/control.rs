@@ -10,6 +10,8 @@ impl<E: Effects> Supervisor<E> {
     /// Carry out a command and return its reply line.
     pub fn control(&mut self, command: Command) -> serde_json::Value {
         let order = match command {
+            // Without CPU and memory: the real loop adds them off its thread
+            // (`run`), and answers `status` itself.
             Command::Status => {
                 return serde_json::to_value(self.status())
                     .unwrap_or_else(|e| error_reply(&format!("cannot encode the status: {e}")));

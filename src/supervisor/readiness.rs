@@ -20,12 +20,22 @@ impl<E: Effects> Supervisor<E> {
             ExecStatus::Failed(error) => Some(error),
             ExecStatus::Succeeded | ExecStatus::Pending => None,
         };
-        self.effects.exec_known(pid, error);
+        let held_back = self.effects.exec_known(pid, error);
         if error.is_none() {
             self.core.input(Input::ExecSucceeded { pid }, now);
         }
         // An exit reaped before this report was held back until now.
-        self.reap(now);
+        if let Some(reaped) = held_back {
+            self.core.input(
+                Input::Exited {
+                    pid: reaped.pid,
+                    exit: reaped.exit,
+                    start_error: reaped.start_error,
+                },
+                now,
+            );
+            self.check_draining(now);
+        }
     }
 
     pub(super) fn probe_succeeded(&mut self, pid: i32, now: Instant) {

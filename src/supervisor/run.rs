@@ -16,8 +16,10 @@ use tokio::sync::mpsc;
 use tracing::{error, info};
 
 use super::{Event, Supervisor};
+use crate::control::{Command, error_reply};
 use crate::effects::control::{self as control_socket, CONTROL_QUEUE, LogHub};
 use crate::effects::notify::NotifySocket;
+use crate::effects::procfs;
 use crate::effects::runtime::Claim;
 use crate::effects::sockets::SocketRegistry;
 use crate::effects::system::{Reports, Setup, System};
@@ -30,8 +32,8 @@ const CONFIG_QUEUE: usize = 4;
 const EVENT_QUEUE: usize = 1024;
 /// The most messages of one kind taken before the core converges.
 const BATCH: usize = 4096;
-/// How long to wait for the undertaker to exit at shutdown.
-const UNDERTAKER_EXIT_WAIT: Duration = Duration::from_secs(2);
+/// How long to wait for the undertaker and the spawner to exit at shutdown.
+const HELPER_EXIT_WAIT: Duration = Duration::from_secs(2);
 
 /// Everything the loop starts from: the first version of the file (its
 /// sockets bound), the effects' set-up, the watcher (watching since before
@@ -145,9 +147,21 @@ pub async fn run(launch: Launch) -> std::io::Result<()> {
                 supervisor.handle_all(batch);
             }
             Some(request) = control_requests.recv() => {
-                let reply = supervisor.control(request.command);
-                // The client may be gone; that is its business.
-                let _ = request.reply.try_send(reply);
+                if request.command == Command::Status {
+                    // The state now, from the core; each process group's CPU
+                    // and memory from a pass over /proc, off this thread.
+                    let mut status = supervisor.status();
+                    tokio::task::spawn_blocking(move || {
+                        status.add_usage(&procfs::group_usage(), procfs::ticks_per_second());
+                        let line = serde_json::to_string(&status)
+                            .unwrap_or_else(|e| error_reply(&format!("cannot encode the status: {e}")).to_string());
+                        let _ = request.reply.try_send(line);
+                    });
+                } else {
+                    let reply = supervisor.control(request.command);
+                    // The client may be gone; that is its business.
+                    let _ = request.reply.try_send(reply.to_string());
+                }
             }
             _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {
                 supervisor.handle(Event::Timer);
@@ -157,16 +171,18 @@ pub async fn run(launch: Launch) -> std::io::Result<()> {
     info!(event = "exiting", "all processes stopped; exiting");
     let _ = std::fs::remove_file(&control_path);
     drop(claim);
-    let (undertaker, sink) = supervisor.into_effects().finish();
-    let deadline = Instant::now() + UNDERTAKER_EXIT_WAIT;
-    while Instant::now() < deadline {
-        let mut status = 0;
-        // SAFETY: waiting for our own child.
-        let reaped = unsafe { libc::waitpid(undertaker, &mut status, libc::WNOHANG) };
-        if reaped != 0 {
-            break;
+    let (helpers, sink) = supervisor.into_effects().finish();
+    let deadline = Instant::now() + HELPER_EXIT_WAIT;
+    for helper in helpers {
+        while Instant::now() < deadline {
+            let mut status = 0;
+            // SAFETY: waiting for our own child.
+            let reaped = unsafe { libc::waitpid(helper, &mut status, libc::WNOHANG) };
+            if reaped != 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
         }
-        std::thread::sleep(Duration::from_millis(5));
     }
     sink.flush(Duration::from_secs(1));
     Ok(())

@@ -1,14 +1,14 @@
-//! `status`: the core's apps and workers, with each process group's memory
-//! and CPU time from one pass over /proc.
+//! `status`: the core's apps and workers. Each process group's memory and
+//! CPU time come from a pass over /proc, which the caller makes off the loop
+//! thread ([`StatusReply::add_usage`]).
 
 use super::Supervisor;
 use crate::control::{AppStatus, Rollout, StatusReply, WorkerStatus};
 use crate::effects::Effects;
 
 impl<E: Effects> Supervisor<E> {
-    pub fn status(&mut self) -> StatusReply {
-        let usage = self.effects.usage();
-        let ticks = crate::effects::procfs::ticks_per_second() as f64;
+    /// The state of every app and instance (without CPU and memory).
+    pub fn status(&self) -> StatusReply {
         let now = self.effects.now();
         let apps = self
             .core
@@ -32,7 +32,6 @@ impl<E: Effects> Supervisor<E> {
                             .state
                             .started()
                             .map(|t| now.saturating_duration_since(t).as_secs_f64());
-                        let group = pid.and_then(|p| usage.get(&p)).copied().unwrap_or_default();
                         WorkerStatus {
                             slot: w.slot,
                             generation: w.generation,
@@ -41,10 +40,8 @@ impl<E: Effects> Supervisor<E> {
                             ready: w.state.is_ready(),
                             restarts: w.restarts,
                             uptime_s: uptime,
-                            cpu_percent: uptime
-                                .filter(|u| *u > 0.0)
-                                .map(|u| group.cpu_ticks as f64 / ticks / u * 100.0),
-                            rss_bytes: pid.map(|_| group.rss_bytes),
+                            cpu_percent: None,
+                            rss_bytes: None,
                             last_exit: w.last_outcome.map(|o| o.to_string()),
                             status: w.status_text.clone(),
                         }

@@ -13,21 +13,28 @@
 //! come back through an O_CLOEXEC pipe: on success the pipe just closes. The
 //! post-fork code is [`child`], on its own.
 //!
-//! The fork must happen on a thread that lives as long as the supervisor:
-//! `PR_SET_PDEATHSIG` fires when the *thread* that forked exits, not the process.
+//! Workers are forked by the spawner, a small process of our own binary
+//! ([`Spawner`]: a fork from the supervisor would copy its thousands of fds
+//! into every child), with `CLONE_PARENT` so that the supervisor is their
+//! parent. `PR_SET_PDEATHSIG` then follows the supervisor's main thread, the
+//! one that started the spawner and lives as long as the supervisor.
 
 mod child;
+mod fork;
+mod spawner;
+mod wire;
 
 use std::ffi::{CString, OsStr, OsString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
 use indexmap::IndexMap;
 
 use crate::core::worker::{StartError, StartStage};
 use crate::spec::{Identity, ListenAddress, ProcessDefinition, Readiness};
 pub use child::MAX_LISTEN_FDS;
-use child::{ChildPlan, LISTEN_PID_BUFFER, LISTEN_PID_PREFIX, STATUS_BYTES};
+use child::STATUS_BYTES;
+pub use spawner::{SPAWNER_ARG, Spawner, serve as serve_spawner};
 
 /// What the worker gets besides its definition.
 #[derive(Debug)]
@@ -79,7 +86,7 @@ impl SpawnError {
     }
 }
 
-fn error(errno: i32, context: impl Into<String>) -> SpawnError {
+pub(crate) fn error(errno: i32, context: impl Into<String>) -> SpawnError {
     SpawnError {
         stage: StartStage::Prepare,
         errno,
@@ -87,7 +94,7 @@ fn error(errno: i32, context: impl Into<String>) -> SpawnError {
     }
 }
 
-fn last_errno(context: &str) -> SpawnError {
+pub(crate) fn last_errno(context: &str) -> SpawnError {
     error(
         std::io::Error::last_os_error()
             .raw_os_error()
@@ -139,12 +146,12 @@ pub fn worker_env(request: &SpawnRequest) -> IndexMap<OsString, OsString> {
     env
 }
 
-fn cstring(bytes: &[u8], what: &str) -> Result<CString, SpawnError> {
+pub(crate) fn cstring(bytes: &[u8], what: &str) -> Result<CString, SpawnError> {
     CString::new(bytes).map_err(|_| error(libc::EINVAL, format!("{what} contains a NUL byte")))
 }
 
 /// A pipe whose both ends are close-on-exec; the read end is non-blocking.
-fn pipe() -> Result<(OwnedFd, OwnedFd), SpawnError> {
+pub(crate) fn pipe() -> Result<(OwnedFd, OwnedFd), SpawnError> {
     let mut fds = [0; 2];
     // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -160,166 +167,102 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), SpawnError> {
     Ok((read, write))
 }
 
-/// Everything the child uses, allocated before the fork.
-struct Prepared {
-    program: CString,
-    cwd: CString,
-    _argv: Vec<CString>,
-    argv_ptrs: Vec<*const libc::c_char>,
-    _env: Vec<CString>,
-    /// `LISTEN_PID=` followed by room for the digits and the NUL.
-    listen_pid: Option<Box<[u8; LISTEN_PID_BUFFER]>>,
-    envp: Vec<*const libc::c_char>,
-    groups: Vec<libc::gid_t>,
-    identity: Option<(libc::uid_t, libc::gid_t)>,
+/// What a worker is started with, as plain owned data: built by the
+/// supervisor from a [`SpawnRequest`], carried to the spawner process, turned
+/// into C strings there ([`fork::Prepared`]) before the fork.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launch {
+    pub program: Vec<u8>,
+    pub cwd: Vec<u8>,
+    pub argv: Vec<Vec<u8>>,
+    /// `NAME=VALUE` entries.
+    pub env: Vec<Vec<u8>>,
+    /// The child writes `LISTEN_PID=<its pid>` into its environment.
+    pub listen_pid: bool,
+    /// `(uid, gid, supplementary groups)` to switch to.
+    pub identity: Option<(u32, u32, Vec<u32>)>,
+    /// The RLIMIT_NOFILE soft limit the worker gets back.
+    pub nofile_soft: u64,
 }
 
-fn prepare(request: &SpawnRequest) -> Result<Prepared, SpawnError> {
-    if request.listen_fds.len() > MAX_LISTEN_FDS {
-        return Err(error(
-            libc::EMFILE,
-            format!("more than {MAX_LISTEN_FDS} listening sockets"),
-        ));
+impl Launch {
+    /// Resolve a request: the environment, the argv for its slot, the program.
+    pub fn from_request(request: &SpawnRequest) -> Result<Launch, SpawnError> {
+        if request.listen_fds.len() > MAX_LISTEN_FDS {
+            return Err(error(
+                libc::EMFILE,
+                format!("more than {MAX_LISTEN_FDS} listening sockets"),
+            ));
+        }
+        let env = worker_env(request);
+        let argv: Vec<String> = request
+            .process
+            .argv
+            .iter()
+            .map(|a| a.expand(request.slot))
+            .collect();
+        let program_name = argv
+            .first()
+            .ok_or_else(|| error(libc::EINVAL, "empty command"))?;
+        // Found when the file was checked (off this thread); looked up here
+        // only when it was not there then.
+        let program = match &request.process.program {
+            Some(program) => program.clone(),
+            None => crate::host::find_program(
+                program_name,
+                &request.process.cwd,
+                env.get(OsStr::new("PATH")).map(OsString::as_os_str),
+            )
+            .map_err(|e| error(e.errno, e.message))?,
+        };
+        let env = env
+            .iter()
+            .map(|(name, value)| {
+                let mut entry = name.as_bytes().to_vec();
+                entry.push(b'=');
+                entry.extend_from_slice(value.as_bytes());
+                entry
+            })
+            .collect();
+        Ok(Launch {
+            program: program.into_os_string().into_vec(),
+            cwd: request.process.cwd.as_os_str().as_bytes().to_vec(),
+            argv: argv.into_iter().map(String::into_bytes).collect(),
+            env,
+            listen_pid: !request.process.listen.is_empty(),
+            identity: request.process.identity.as_ref().map(
+                |Identity {
+                     uid, gid, groups, ..
+                 }| (*uid, *gid, groups.clone()),
+            ),
+            nofile_soft: request.nofile_soft,
+        })
     }
-    let env = worker_env(request);
-    let argv: Vec<String> = request
-        .process
-        .argv
-        .iter()
-        .map(|a| a.expand(request.slot))
-        .collect();
-    let program_name = argv
-        .first()
-        .ok_or_else(|| error(libc::EINVAL, "empty command"))?;
-    // Found when the file was checked (off this thread); looked up here only
-    // when it was not there then.
-    let program = match &request.process.program {
-        Some(program) => program.clone(),
-        None => crate::host::find_program(
-            program_name,
-            &request.process.cwd,
-            env.get(OsStr::new("PATH")).map(OsString::as_os_str),
-        )
-        .map_err(|e| error(e.errno, e.message))?,
-    };
-    let argv: Vec<CString> = argv
-        .iter()
-        .map(|a| cstring(a.as_bytes(), "an argument"))
-        .collect::<Result<_, _>>()?;
-    let mut env_strings = Vec::with_capacity(env.len());
-    for (name, value) in &env {
-        let mut entry = name.as_bytes().to_vec();
-        entry.push(b'=');
-        entry.extend_from_slice(value.as_bytes());
-        env_strings.push(cstring(&entry, "an environment variable")?);
-    }
-    let mut listen_pid = (!request.process.listen.is_empty()).then(|| {
-        let mut buffer = Box::new([0u8; LISTEN_PID_BUFFER]);
-        buffer[..LISTEN_PID_PREFIX.len()].copy_from_slice(LISTEN_PID_PREFIX);
-        buffer
-    });
-    let mut envp: Vec<*const libc::c_char> = env_strings.iter().map(|s| s.as_ptr()).collect();
-    if let Some(buffer) = listen_pid.as_mut() {
-        envp.push(buffer.as_ptr().cast());
-    }
-    envp.push(std::ptr::null());
-    let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
-    argv_ptrs.push(std::ptr::null());
-
-    let (groups, identity) = match &request.process.identity {
-        Some(Identity {
-            uid, gid, groups, ..
-        }) => (groups.clone(), Some((*uid, *gid))),
-        None => (Vec::new(), None),
-    };
-    Ok(Prepared {
-        program: cstring(program.as_os_str().as_bytes(), "the program path")?,
-        cwd: cstring(request.process.cwd.as_os_str().as_bytes(), "cwd")?,
-        _argv: argv,
-        argv_ptrs,
-        _env: env_strings,
-        listen_pid,
-        envp,
-        groups,
-        identity,
-    })
 }
 
-/// Fork and exec one worker. On `Ok` the process exists (exec may still fail:
-/// see [`Spawned::exec_status`]); on `Err` no process was created.
-pub fn spawn(request: &SpawnRequest) -> Result<Spawned, SpawnError> {
-    let mut prepared = prepare(request)?;
+/// Start one worker through `spawner`. On `Ok` the process exists (exec may
+/// still fail: see [`Spawned::exec_status`]); on `Err` no process was created.
+pub fn spawn(request: &SpawnRequest, spawner: &mut Spawner) -> Result<Spawned, SpawnError> {
+    let launch = Launch::from_request(request)?;
     let (stdout_read, stdout_write) = pipe()?;
     let (stderr_read, stderr_write) = pipe()?;
     let (status_read, status_write) = pipe()?;
-    let devnull = std::fs::File::open("/dev/null").map_err(|e| {
-        error(
-            e.raw_os_error().unwrap_or(libc::EIO),
-            "cannot open /dev/null",
-        )
-    })?;
-    let listen_fds: Vec<RawFd> = request.listen_fds.to_vec();
-    let listen_pid_ptr: *mut u8 = prepared
-        .listen_pid
-        .as_mut()
-        .map_or(std::ptr::null_mut(), |b| b.as_mut_ptr());
-
-    let child = ChildPlan {
-        program: prepared.program.as_ptr(),
-        argv: prepared.argv_ptrs.as_ptr(),
-        envp: prepared.envp.as_ptr(),
-        cwd: prepared.cwd.as_ptr(),
-        groups: &prepared.groups,
-        identity: prepared.identity,
-        stdin: devnull.as_raw_fd(),
-        stdout: stdout_write.as_raw_fd(),
-        stderr: stderr_write.as_raw_fd(),
-        status: status_write.as_raw_fd(),
-        listen_fds: &listen_fds,
-        listen_pid: listen_pid_ptr,
-        nofile_soft: request.nofile_soft,
-        // SAFETY: getpid has no preconditions.
-        parent: unsafe { libc::getpid() },
-    };
-
-    // SAFETY: sigset_t is plain data; sigfillset initialises it.
-    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
-    let mut previous: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointers to sigset_t values on our stack.
-    unsafe {
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut previous);
-    }
-    // SAFETY: the child branch only calls async-signal-safe functions on data
-    // prepared above (see `ChildPlan::exec`) and never returns.
-    let pid = unsafe { libc::fork() };
-    if pid == 0 {
-        // SAFETY: we are the freshly forked child; `child` points to memory
-        // that the fork copied and nothing else touches.
-        unsafe { child.exec() }
-    }
-    let fork_errno = std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO);
-    // SAFETY: restoring the mask saved above.
-    unsafe {
-        libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut());
-    }
-    if pid < 0 {
-        return Err(SpawnError {
-            stage: StartStage::Fork,
-            errno: fork_errno,
-            context: "fork failed".into(),
-        });
-    }
-    // The child does this too; doing it here as well means a killpg sent right
-    // after spawn() returns cannot miss the group. EACCES (the child already
-    // exec'd) and ESRCH (already gone) are fine.
-    // SAFETY: setpgid on our own child.
+    let mut fds = vec![
+        spawner.devnull(),
+        stdout_write.as_raw_fd(),
+        stderr_write.as_raw_fd(),
+        status_write.as_raw_fd(),
+    ];
+    fds.extend_from_slice(request.listen_fds);
+    let pid = spawner.spawn(&launch, &fds)?;
+    // The worker leads its own group; doing it here as well means a killpg
+    // sent right after this returns cannot miss the group. EACCES (it
+    // already exec'd) and ESRCH (already gone) are fine.
+    // SAFETY: setpgid on our own child (the spawner forks with CLONE_PARENT).
     unsafe {
         libc::setpgid(pid, pid);
     }
-    drop((stdout_write, stderr_write, status_write, devnull));
+    drop((stdout_write, stderr_write, status_write));
     Ok(Spawned {
         pid,
         stdout: stdout_read,

@@ -1,0 +1,166 @@
+//! From a [`Launch`] to a process: every C string and pointer array is built
+//! before the fork ([`Prepared`]); then `clone`, and in the child only
+//! [`ChildPlan::exec`].
+
+use std::ffi::CString;
+use std::os::fd::RawFd;
+
+use super::child::{ChildPlan, LISTEN_PID_BUFFER, LISTEN_PID_PREFIX};
+use super::{Launch, SpawnError, cstring};
+use crate::core::worker::StartStage;
+
+/// Everything the child uses, allocated before the fork.
+pub struct Prepared {
+    program: CString,
+    cwd: CString,
+    _argv: Vec<CString>,
+    argv_ptrs: Vec<*const libc::c_char>,
+    _env: Vec<CString>,
+    /// `LISTEN_PID=` followed by room for the digits and the NUL.
+    listen_pid: Option<Box<[u8; LISTEN_PID_BUFFER]>>,
+    envp: Vec<*const libc::c_char>,
+    groups: Vec<libc::gid_t>,
+    identity: Option<(libc::uid_t, libc::gid_t)>,
+    nofile_soft: libc::rlim_t,
+}
+
+impl Prepared {
+    pub fn new(launch: &Launch) -> Result<Prepared, SpawnError> {
+        let argv: Vec<CString> = launch
+            .argv
+            .iter()
+            .map(|a| cstring(a, "an argument"))
+            .collect::<Result<_, _>>()?;
+        let env: Vec<CString> = launch
+            .env
+            .iter()
+            .map(|e| cstring(e, "an environment variable"))
+            .collect::<Result<_, _>>()?;
+        let mut listen_pid = launch.listen_pid.then(|| {
+            let mut buffer = Box::new([0u8; LISTEN_PID_BUFFER]);
+            buffer[..LISTEN_PID_PREFIX.len()].copy_from_slice(LISTEN_PID_PREFIX);
+            buffer
+        });
+        let mut envp: Vec<*const libc::c_char> = env.iter().map(|s| s.as_ptr()).collect();
+        if let Some(buffer) = listen_pid.as_mut() {
+            envp.push(buffer.as_ptr().cast());
+        }
+        envp.push(std::ptr::null());
+        let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+        argv_ptrs.push(std::ptr::null());
+        let (groups, identity) = match &launch.identity {
+            Some((uid, gid, groups)) => (groups.clone(), Some((*uid, *gid))),
+            None => (Vec::new(), None),
+        };
+        Ok(Prepared {
+            program: cstring(&launch.program, "the program path")?,
+            cwd: cstring(&launch.cwd, "cwd")?,
+            _argv: argv,
+            argv_ptrs,
+            _env: env,
+            listen_pid,
+            envp,
+            groups,
+            identity,
+            nofile_soft: launch.nofile_soft,
+        })
+    }
+}
+
+/// The fds a child starts from: they become 0, 1, 2, the status pipe, and
+/// 3, 4, … for the listening sockets.
+pub struct ChildFds<'a> {
+    pub stdin: RawFd,
+    pub stdout: RawFd,
+    pub stderr: RawFd,
+    pub status: RawFd,
+    pub listen: &'a [RawFd],
+}
+
+/// Whose child the new process is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parent {
+    /// Ours (a plain fork).
+    Us,
+    /// Our parent's (`CLONE_PARENT`): the spawner forks workers this way, so
+    /// that the supervisor is their parent — it reaps them, and their
+    /// `PR_SET_PDEATHSIG` follows it.
+    Ours,
+}
+
+/// Fork and exec `prepared`. The child checks that its parent is still
+/// `parent` after arming `PR_SET_PDEATHSIG`.
+pub fn fork_exec(
+    prepared: &mut Prepared,
+    fds: &ChildFds<'_>,
+    parent: libc::pid_t,
+    relation: Parent,
+) -> Result<i32, SpawnError> {
+    let listen_pid_ptr: *mut u8 = prepared
+        .listen_pid
+        .as_mut()
+        .map_or(std::ptr::null_mut(), |b| b.as_mut_ptr());
+    let child = ChildPlan {
+        program: prepared.program.as_ptr(),
+        argv: prepared.argv_ptrs.as_ptr(),
+        envp: prepared.envp.as_ptr(),
+        cwd: prepared.cwd.as_ptr(),
+        groups: &prepared.groups,
+        identity: prepared.identity,
+        stdin: fds.stdin,
+        stdout: fds.stdout,
+        stderr: fds.stderr,
+        status: fds.status,
+        listen_fds: fds.listen,
+        listen_pid: listen_pid_ptr,
+        nofile_soft: prepared.nofile_soft,
+        parent,
+    };
+
+    // SAFETY: sigset_t is plain data; sigfillset initialises it.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    let mut previous: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers to sigset_t values on our stack.
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut previous);
+    }
+    let pid = match relation {
+        // SAFETY: the child branch only calls async-signal-safe functions on
+        // data prepared above (see `ChildPlan::exec`) and never returns.
+        Parent::Us => unsafe { libc::fork() },
+        // SAFETY: a raw clone without a new stack is fork: the child goes on
+        // on a copy of this stack. Only the spawner, a single-threaded
+        // process, calls this; the child does what it does after a fork.
+        Parent::Ours => unsafe {
+            libc::syscall(
+                libc::SYS_clone,
+                (libc::CLONE_PARENT | libc::SIGCHLD) as libc::c_ulong,
+                0usize,
+                0usize,
+                0usize,
+                0usize,
+            ) as libc::pid_t
+        },
+    };
+    if pid == 0 {
+        // SAFETY: we are the freshly forked child; `child` points to memory
+        // that the fork copied and nothing else touches.
+        unsafe { child.exec() }
+    }
+    let fork_errno = std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO);
+    // SAFETY: restoring the mask saved above.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut());
+    }
+    if pid < 0 {
+        return Err(SpawnError {
+            stage: StartStage::Fork,
+            errno: fork_errno,
+            context: "fork failed".into(),
+        });
+    }
+    Ok(pid)
+}

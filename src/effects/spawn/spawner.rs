@@ -1,0 +1,317 @@
+//! The spawner: a small process of our own binary that forks the workers.
+//!
+//! Why: a fork copies the forking process's page tables and its whole fd
+//! table, and the child then closes every one of those fds at exec. The
+//! supervisor holds two fds per worker (its output pipes), so with N workers
+//! each spawn cost O(N) in the kernel and starting N cost O(N²) — 5,000
+//! `sleep`s took 15 s. The spawner holds a handful of fds and little memory,
+//! so a fork from it costs the same whatever N is. It forks with
+//! `CLONE_PARENT`: the supervisor stays every worker's parent (it reaps them,
+//! and their `PR_SET_PDEATHSIG` follows it), and nothing else about a spawn
+//! changes: the child runs the same code ([`super::child`]) on data prepared
+//! before the fork.
+//!
+//! The supervisor starts it by fork+exec of its own binary (`/proc/self/exe
+//! __spawner`, with its end of a SOCK_SEQPACKET socketpair as fd 3) — an exec,
+//! so that it is a fresh single-threaded process even when started again from
+//! the running supervisor — and restarts it if it dies. One request (a
+//! [`wire`] datagram, the fds beside it as SCM_RIGHTS), one reply: the pid,
+//! or the stage and errno of what failed. The spawner exits when the socket
+//! closes, and with the supervisor (`PR_SET_PDEATHSIG`).
+
+use std::io::{self, IoSlice, IoSliceMut};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+use nix::sys::socket::{
+    AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType, recvmsg,
+    sendmsg, socketpair,
+};
+
+use super::fork::{ChildFds, Parent, Prepared, fork_exec};
+use super::{Launch, SpawnError, pipe, wire};
+use crate::core::worker::StartStage;
+
+/// How long the supervisor waits for the spawner's answer (a fork) before it
+/// takes the spawner for broken and starts another.
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long starting the spawner may take (one fork and exec).
+const START_TIMEOUT: Duration = Duration::from_secs(5);
+/// The argument that makes our binary a spawner.
+pub const SPAWNER_ARG: &str = "__spawner";
+/// The fds a request carries besides the listening sockets: stdin, stdout,
+/// stderr, the status pipe.
+const STDIO_FDS: usize = 4;
+/// The most fds one request carries.
+const MAX_FDS: usize = STDIO_FDS + super::MAX_LISTEN_FDS;
+/// A reply: the pid (or -1), the stage code, the errno.
+const REPLY_BYTES: usize = 12;
+
+/// The supervisor's side: the socket to the spawner.
+#[derive(Debug)]
+pub struct Spawner {
+    socket: OwnedFd,
+    pid: i32,
+    /// A worker's stdin.
+    devnull: OwnedFd,
+}
+
+fn spawn_error(stage: StartStage, errno: i32, context: &str) -> SpawnError {
+    SpawnError {
+        stage,
+        errno,
+        context: context.to_string(),
+    }
+}
+
+fn io_errno(error: &io::Error) -> i32 {
+    error.raw_os_error().unwrap_or(libc::EIO)
+}
+
+impl Spawner {
+    /// Start a spawner process.
+    pub fn start() -> io::Result<Spawner> {
+        let (ours, theirs) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )?;
+        let timeout = libc::timeval {
+            tv_sec: REPLY_TIMEOUT.as_secs() as libc::time_t,
+            tv_usec: 0,
+        };
+        // SAFETY: setsockopt with a timeval of the stated size on our socket.
+        unsafe {
+            libc::setsockopt(
+                ours.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&timeout as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            );
+        }
+        let devnull = OwnedFd::from(
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open("/dev/null")?,
+        );
+        let launch = Launch {
+            program: b"/proc/self/exe".to_vec(),
+            cwd: b"/".to_vec(),
+            argv: vec![b"supervise".to_vec(), SPAWNER_ARG.as_bytes().to_vec()],
+            env: Vec::new(),
+            listen_pid: false,
+            identity: None,
+            nofile_soft: libc::RLIM_INFINITY,
+        };
+        let mut prepared = Prepared::new(&launch).map_err(io::Error::other)?;
+        let (status_read, status_write) = pipe().map_err(io::Error::other)?;
+        let fds = ChildFds {
+            stdin: devnull.as_raw_fd(),
+            stdout: devnull.as_raw_fd(),
+            // Its own errors (a panic) go where ours go.
+            stderr: libc::STDERR_FILENO,
+            status: status_write.as_raw_fd(),
+            listen: &[theirs.as_raw_fd()],
+        };
+        // SAFETY: getpid has no preconditions.
+        let pid = fork_exec(&mut prepared, &fds, unsafe { libc::getpid() }, Parent::Us)
+            .map_err(io::Error::other)?;
+        drop((status_write, theirs));
+        wait_for_exec(&status_read, START_TIMEOUT)?;
+        Ok(Spawner {
+            socket: ours,
+            pid,
+            devnull,
+        })
+    }
+
+    /// The spawner's pid (its exit is not a worker's).
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// What a worker's stdin is.
+    pub fn devnull(&self) -> RawFd {
+        self.devnull.as_raw_fd()
+    }
+
+    /// Start a worker: `fds` are stdin, stdout, stderr, the status pipe, then
+    /// the listening sockets. A spawner that does not answer is replaced and
+    /// asked once more.
+    pub fn spawn(&mut self, launch: &Launch, fds: &[RawFd]) -> Result<i32, SpawnError> {
+        let request =
+            wire::encode(launch, fds.len().saturating_sub(STDIO_FDS)).ok_or_else(|| {
+                spawn_error(
+                    StartStage::Prepare,
+                    libc::E2BIG,
+                    &format!(
+                        "the arguments and environment are more than {} bytes",
+                        wire::MAX_REQUEST_BYTES
+                    ),
+                )
+            })?;
+        match self.ask(&request, fds) {
+            Ok(answer) => answer,
+            Err(error) => {
+                tracing::warn!(
+                    "the spawner (pid {}) did not answer ({error}); starting another",
+                    self.pid
+                );
+                *self = Spawner::start().map_err(|e| {
+                    spawn_error(StartStage::Fork, io_errno(&e), "cannot start the spawner")
+                })?;
+                self.ask(&request, fds).map_err(|e| {
+                    spawn_error(StartStage::Fork, io_errno(&e), "the spawner did not answer")
+                })?
+            }
+        }
+    }
+
+    /// One request and its reply; `Err` when the spawner is broken.
+    fn ask(&self, request: &[u8], fds: &[RawFd]) -> io::Result<Result<i32, SpawnError>> {
+        let rights = [ControlMessage::ScmRights(fds)];
+        sendmsg::<()>(
+            self.socket.as_raw_fd(),
+            &[IoSlice::new(request)],
+            &rights,
+            MsgFlags::MSG_NOSIGNAL,
+            None,
+        )?;
+        let mut reply = [0u8; REPLY_BYTES];
+        // SAFETY: reading into a stack buffer of the stated size from our socket.
+        let n = unsafe {
+            libc::recv(
+                self.socket.as_raw_fd(),
+                reply.as_mut_ptr().cast(),
+                reply.len(),
+                0,
+            )
+        };
+        if n != REPLY_BYTES as isize {
+            let error = if n < 0 {
+                io::Error::last_os_error()
+            } else {
+                io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the spawner closed its socket",
+                )
+            };
+            return Err(error);
+        }
+        let word =
+            |i: usize| i32::from_le_bytes([reply[i], reply[i + 1], reply[i + 2], reply[i + 3]]);
+        Ok(match word(0) {
+            pid if pid > 0 => Ok(pid),
+            _ => Err(spawn_error(
+                StartStage::from_code(word(4)),
+                word(8),
+                "the spawner could not start it",
+            )),
+        })
+    }
+}
+
+/// Wait (bounded) for a child's exec status: EOF is success.
+fn wait_for_exec(status: &OwnedFd, timeout: Duration) -> io::Result<()> {
+    let mut poll = libc::pollfd {
+        fd: status.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let ready = unsafe { libc::poll(&mut poll, 1, timeout.as_millis() as libc::c_int) };
+    if ready <= 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the spawner did not start",
+        ));
+    }
+    match super::read_status(status) {
+        super::ExecStatus::Failed(error) => Err(io::Error::other(format!(
+            "cannot start the spawner: {error}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The spawner's main loop, on `socket`: take a request, fork the worker,
+/// answer. Returns when the supervisor closes the socket.
+pub fn serve(socket: OwnedFd) {
+    // SAFETY: getppid has no preconditions; our parent is the supervisor.
+    let supervisor = unsafe { libc::getppid() };
+    let mut buffer = vec![0u8; wire::MAX_REQUEST_BYTES];
+    let mut space = nix::cmsg_space!([RawFd; MAX_FDS]);
+    loop {
+        let mut iov = [IoSliceMut::new(&mut buffer)];
+        let received = recvmsg::<()>(
+            socket.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        );
+        let (length, fds) = match received {
+            Ok(message) if message.bytes > 0 => {
+                let mut fds: Vec<OwnedFd> = Vec::new();
+                if let Ok(cmsgs) = message.cmsgs() {
+                    for cmsg in cmsgs {
+                        if let ControlMessageOwned::ScmRights(raw) = cmsg {
+                            // SAFETY: the kernel gave us these fds: ours to own.
+                            fds.extend(
+                                raw.into_iter()
+                                    .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                            );
+                        }
+                    }
+                }
+                (message.bytes, fds)
+            }
+            Ok(_) => return,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return,
+        };
+        let answer = start(&buffer[..length], &fds, supervisor);
+        drop(fds);
+        let (pid, stage, errno) = match answer {
+            Ok(pid) => (pid, 0, 0),
+            Err(error) => (-1, error.stage.code(), error.errno),
+        };
+        let mut reply = [0u8; REPLY_BYTES];
+        reply[..4].copy_from_slice(&pid.to_le_bytes());
+        reply[4..8].copy_from_slice(&stage.to_le_bytes());
+        reply[8..].copy_from_slice(&errno.to_le_bytes());
+        // SAFETY: sending a stack buffer on our socket.
+        let sent = unsafe {
+            libc::send(
+                socket.as_raw_fd(),
+                reply.as_ptr().cast(),
+                reply.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if sent != REPLY_BYTES as isize {
+            return;
+        }
+    }
+}
+
+/// Decode one request and fork its worker as a child of the supervisor.
+fn start(request: &[u8], fds: &[OwnedFd], supervisor: libc::pid_t) -> Result<i32, SpawnError> {
+    let malformed = || spawn_error(StartStage::Prepare, libc::EINVAL, "a malformed request");
+    let (launch, listen) = wire::decode(request).ok_or_else(malformed)?;
+    if fds.len() != STDIO_FDS + listen {
+        return Err(malformed());
+    }
+    let raw: Vec<RawFd> = fds.iter().map(AsRawFd::as_raw_fd).collect();
+    let mut prepared = Prepared::new(&launch)?;
+    let child = ChildFds {
+        stdin: raw[0],
+        stdout: raw[1],
+        stderr: raw[2],
+        status: raw[3],
+        listen: &raw[STDIO_FDS..],
+    };
+    fork_exec(&mut prepared, &child, supervisor, Parent::Ours)
+}

@@ -1,0 +1,177 @@
+//! How a [`Launch`] travels to the spawner process: one datagram of
+//! length-prefixed byte strings and integers (its fds travel beside it, as
+//! SCM_RIGHTS). Decoding is total: a malformed request is an error, never a
+//! panic.
+
+use super::Launch;
+
+/// The largest request: a worker's argv and environment together.
+pub const MAX_REQUEST_BYTES: usize = 128 * 1024;
+/// The version of this format (the spawner is our own binary, but a
+/// package upgrade can replace it under a running supervisor).
+const VERSION: u32 = 1;
+
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn u32(&mut self, value: u32) {
+        self.0.extend_from_slice(&value.to_le_bytes());
+    }
+    fn u64(&mut self, value: u64) {
+        self.0.extend_from_slice(&value.to_le_bytes());
+    }
+    fn bytes(&mut self, value: &[u8]) {
+        self.u32(value.len() as u32);
+        self.0.extend_from_slice(value);
+    }
+    fn list(&mut self, values: &[Vec<u8>]) {
+        self.u32(values.len() as u32);
+        for value in values {
+            self.bytes(value);
+        }
+    }
+}
+
+/// Encode `launch` for a worker with `listen` sockets; `None` when too large.
+pub fn encode(launch: &Launch, listen: usize) -> Option<Vec<u8>> {
+    let mut out = Writer(Vec::with_capacity(1024));
+    out.u32(VERSION);
+    out.bytes(&launch.program);
+    out.bytes(&launch.cwd);
+    out.list(&launch.argv);
+    out.list(&launch.env);
+    out.u32(u32::from(launch.listen_pid));
+    match &launch.identity {
+        Some((uid, gid, groups)) => {
+            out.u32(1);
+            out.u32(*uid);
+            out.u32(*gid);
+            out.u32(groups.len() as u32);
+            for group in groups {
+                out.u32(*group);
+            }
+        }
+        None => out.u32(0),
+    }
+    out.u64(launch.nofile_soft);
+    out.u32(listen as u32);
+    (out.0.len() <= MAX_REQUEST_BYTES).then_some(out.0)
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Option<&[u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(head)
+    }
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+    fn bytes(&mut self) -> Option<Vec<u8>> {
+        let len = self.u32()? as usize;
+        Some(self.take(len)?.to_vec())
+    }
+    fn list(&mut self) -> Option<Vec<Vec<u8>>> {
+        let count = self.u32()? as usize;
+        // Every entry takes at least its 4-byte length: bound the allocation.
+        if count > self.0.len() / 4 {
+            return None;
+        }
+        (0..count).map(|_| self.bytes()).collect()
+    }
+}
+
+/// Decode a request: the launch and how many listening sockets come with it.
+pub fn decode(bytes: &[u8]) -> Option<(Launch, usize)> {
+    let mut input = Reader(bytes);
+    if input.u32()? != VERSION {
+        return None;
+    }
+    let program = input.bytes()?;
+    let cwd = input.bytes()?;
+    let argv = input.list()?;
+    let env = input.list()?;
+    let listen_pid = input.u32()? != 0;
+    let identity = match input.u32()? {
+        0 => None,
+        _ => {
+            let uid = input.u32()?;
+            let gid = input.u32()?;
+            let count = input.u32()? as usize;
+            if count > input.0.len() / 4 {
+                return None;
+            }
+            let groups = (0..count)
+                .map(|_| input.u32())
+                .collect::<Option<Vec<u32>>>()?;
+            Some((uid, gid, groups))
+        }
+    };
+    let nofile_soft = input.u64()?;
+    let listen = input.u32()? as usize;
+    input.0.is_empty().then_some((
+        Launch {
+            program,
+            cwd,
+            argv,
+            env,
+            listen_pid,
+            identity,
+            nofile_soft,
+        },
+        listen,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn launch() -> Launch {
+        Launch {
+            program: b"/usr/bin/sleep".to_vec(),
+            cwd: b"/srv".to_vec(),
+            argv: vec![b"sleep".to_vec(), b"1000".to_vec()],
+            env: vec![b"A=1".to_vec(), vec![0xff, b'=', 0xfe]],
+            listen_pid: true,
+            identity: Some((33, 33, vec![33, 27])),
+            nofile_soft: 1024,
+        }
+    }
+
+    #[test]
+    fn round_trips() {
+        let bytes = encode(&launch(), 2).unwrap();
+        assert_eq!(decode(&bytes), Some((launch(), 2)));
+        let mut plain = launch();
+        plain.identity = None;
+        assert_eq!(decode(&encode(&plain, 0).unwrap()), Some((plain, 0)));
+    }
+
+    #[test]
+    fn every_truncation_and_garbage_is_refused_without_a_panic() {
+        let bytes = encode(&launch(), 1).unwrap();
+        for end in 0..bytes.len() {
+            assert_eq!(decode(&bytes[..end]), None, "truncated at {end}");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert_eq!(decode(&longer), None);
+        assert_eq!(decode(&[0xff; 64]), None);
+    }
+
+    #[test]
+    fn too_large_a_request_is_not_encoded() {
+        let mut big = launch();
+        big.env = vec![vec![b'x'; MAX_REQUEST_BYTES]];
+        assert_eq!(encode(&big, 0), None);
+    }
+}
