@@ -399,6 +399,30 @@ pub fn run(cli: &Cli) -> ExitCode {
         }
     };
     let shown = path.display().to_string();
+    // One supervisor per file: refuse a second one before starting anything.
+    let dir = runtime::runtime_dir();
+    if let Err(error) = runtime::ensure_runtime_dir(&dir) {
+        err(&format!("error: {error}\n"));
+        return ExitCode::from(exit::INVALID);
+    }
+    let identity = match runtime::identify(&path) {
+        Ok(identity) => identity,
+        Err(error) => {
+            err(&format!("error: cannot read {shown}: {error}\n"));
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    let claim = match Claim::acquire(&dir, &identity, &shown, cli.socket.as_deref()) {
+        Ok(claim) => claim,
+        Err(error @ LockError::Held { .. }) => {
+            err(&format!("error: {error}\n"));
+            return ExitCode::from(exit::INVALID);
+        }
+        Err(error) => {
+            err(&format!("error: {error}\n"));
+            return ExitCode::from(exit::USAGE);
+        }
+    };
     // Forked while still single-threaded: before the watcher, the log writer
     // and the runtime start their threads.
     let undertaker = match Undertaker::start() {
@@ -446,29 +470,6 @@ pub fn run(cli: &Cli) -> ExitCode {
         return ExitCode::from(exit::INVALID);
     };
 
-    let dir = runtime::runtime_dir();
-    if let Err(error) = runtime::ensure_runtime_dir(&dir) {
-        err(&format!("error: {error}\n"));
-        return ExitCode::from(exit::INVALID);
-    }
-    let identity = match runtime::identify(&source) {
-        Ok(identity) => identity,
-        Err(error) => {
-            err(&format!("error: cannot read {shown}: {error}\n"));
-            return ExitCode::from(exit::USAGE);
-        }
-    };
-    let claim = match Claim::acquire(&dir, &identity, &shown, cli.socket.as_deref()) {
-        Ok(claim) => claim,
-        Err(error @ LockError::Held { .. }) => {
-            err(&format!("error: {error}\n"));
-            return ExitCode::from(exit::INVALID);
-        }
-        Err(error) => {
-            err(&format!("error: {error}\n"));
-            return ExitCode::from(exit::USAGE);
-        }
-    };
     let nofile_soft = raise_fd_limit();
     // SAFETY: prctl with plain integer arguments.
     unsafe {

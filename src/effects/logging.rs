@@ -100,11 +100,16 @@ where
 
 /// Install the global subscriber. `verbosity`: -1 quiet (warnings and errors),
 /// 0 normal, 1+ debug. `RUST_LOG` overrides it.
+///
+/// The `notify` crate's own log lines are off unless asked for with `-vv`:
+/// it warns when a watched directory disappears (a ConfigMap or release
+/// swap deleting the old one), which is how watching a symlink chain works
+/// here, not a problem; the watcher reports what matters itself.
 pub fn init(sink: LogSink, format: LogFormat, verbosity: i8) {
     let default = match verbosity {
-        i8::MIN..=-1 => "warn",
-        0 => "info",
-        1 => "debug",
+        i8::MIN..=-1 => "warn,notify=off",
+        0 => "info,notify=off",
+        1 => "debug,notify=off",
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));

@@ -181,15 +181,23 @@ impl Claim {
             pid,
             lock: lock.display().to_string(),
         };
-        let mut lock = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-            .open(&lock_path)
-            .map_err(io_error)?;
+        let open = |create_new: bool| {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(create_new)
+                .mode(0o600)
+                .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+                .open(&lock_path)
+        };
+        // Remember whether the lock file is ours, so a refusal leaves none.
+        let (mut lock, created) = match open(true) {
+            Ok(file) => (file, true),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                (open(false).map_err(io_error)?, false)
+            }
+            Err(e) => return Err(io_error(e)),
+        };
         // SAFETY: flock on an fd we own.
         if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             let error = io::Error::last_os_error();
@@ -205,6 +213,9 @@ impl Claim {
             if !same_file(&other, &lock_path)
                 && let Some(pid) = held(&other)
             {
+                if created {
+                    let _ = std::fs::remove_file(&lock_path);
+                }
                 return Err(refused(pid, &other));
             }
         }
