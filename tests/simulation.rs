@@ -387,3 +387,264 @@ fn ten_thousand_instances_reconcile_quickly_and_app_by_app() {
         "one app {one_app:?} vs all {full_pass:?}"
     );
 }
+
+/// An app as a seed's generator made it.
+fn seeded_app(
+    name: &str,
+    instances: u32,
+    ready: Readiness,
+    (max_surge, max_unavailable): (u32, u32),
+    restart: RestartPolicy,
+    max_restarts: Option<u32>,
+    kill_timeout_ms: u64,
+) -> AppSpec {
+    let mut spec = app(name, instances, ready);
+    spec.reload = ReloadLimits {
+        max_surge,
+        max_unavailable,
+    };
+    spec.restart = restart;
+    spec.max_restarts = max_restarts.map(|count| MaxRestarts {
+        count,
+        within: Duration::from_secs(5),
+    });
+    spec.kill_timeout = Duration::from_millis(kill_timeout_ms);
+    spec
+}
+
+/// Replay a minimal trace a seed once failed with; it must hold now.
+fn replay(apps: Vec<AppSpec>, steps: Vec<Step>) {
+    if let Err((at, violation)) = play(&apps, &steps) {
+        panic!("step {at}: {}", violation.0);
+    }
+}
+
+fn exec_failure() -> Behaviour {
+    Behaviour {
+        exec_error: Some(StartError {
+            stage: StartStage::Exec,
+            errno: libc::ENOEXEC,
+        }),
+        ..Behaviour::default()
+    }
+}
+
+/// Seed 191: a stopped group's leftovers were SIGKILLed at kill_timeout, but
+/// the poll that notices the group is empty was pushed back by every event.
+#[test]
+fn found_seed_191_a_draining_group_is_noticed_however_busy_the_loop() {
+    replay(
+        vec![
+            seeded_app(
+                "app0",
+                2,
+                Readiness::Delay(Duration::from_millis(210)),
+                (3, 0),
+                RestartPolicy::Always,
+                None,
+                853,
+            ),
+            seeded_app(
+                "app1",
+                2,
+                probe(2),
+                (3, 2),
+                RestartPolicy::Always,
+                Some(1),
+                131,
+            ),
+            seeded_app(
+                "app2",
+                0,
+                Readiness::Delay(Duration::from_millis(672)),
+                (1, 0),
+                RestartPolicy::Always,
+                None,
+                145,
+            ),
+        ],
+        vec![
+            Step::Plan(Behaviour {
+                leftovers: 1,
+                leftover_delay: Duration::from_millis(2108),
+                ..Behaviour::default()
+            }),
+            Step::Crash {
+                process: 54,
+                code: 1,
+            },
+            Step::Wait(1714),
+        ],
+    );
+}
+
+/// Seed 1769: a failed replacement revived by an unrelated edit started at
+/// once, taking a rollout past N + max_surge.
+#[test]
+fn found_seed_1769_a_revived_worker_waits_for_room_in_a_rollout() {
+    replay(
+        vec![
+            seeded_app(
+                "app0",
+                4,
+                probe(4),
+                (0, 1),
+                RestartPolicy::Never,
+                Some(1),
+                1116,
+            ),
+            seeded_app(
+                "app1",
+                4,
+                Readiness::Immediate,
+                (1, 0),
+                RestartPolicy::Never,
+                None,
+                1112,
+            ),
+            seeded_app(
+                "app2",
+                3,
+                Readiness::Delay(Duration::from_millis(387)),
+                (1, 0),
+                RestartPolicy::Always,
+                Some(2),
+                2962,
+            ),
+        ],
+        vec![
+            Step::Probe { process: 62 },
+            Step::Command {
+                kind: CommandKind::Reload,
+                app: 57,
+                slot: Some(0),
+            },
+            Step::Plan(exec_failure()),
+            Step::Wait(2061),
+            Step::Edit(Edit::Add),
+            Step::Edit(Edit::KillTimeout {
+                app: 40,
+                millis: 936,
+            }),
+        ],
+    );
+}
+
+/// Seed 5088: a replacement that exited 0 under `restart: on-failure` before
+/// taking its slot left the old instance running and the rollout unfinished.
+#[test]
+fn found_seed_5088_a_replacement_that_ends_before_its_slot_halts_the_rollout() {
+    replay(
+        vec![
+            seeded_app(
+                "app0",
+                1,
+                Readiness::Notify,
+                (0, 1),
+                RestartPolicy::OnFailure,
+                None,
+                1480,
+            ),
+            seeded_app(
+                "app1",
+                2,
+                probe(2),
+                (2, 2),
+                RestartPolicy::OnFailure,
+                Some(1),
+                580,
+            ),
+        ],
+        vec![
+            Step::Wait(2394),
+            Step::Edit(Edit::Remove { app: 14 }),
+            Step::Edit(Edit::KillTimeout {
+                app: 6,
+                millis: 970,
+            }),
+            Step::Probe { process: 16 },
+            Step::Wait(1543),
+            Step::Edit(Edit::Env { app: 0, value: 688 }),
+            Step::Crash {
+                process: 7,
+                code: 0,
+            },
+        ],
+    );
+}
+
+/// Seed 11297: `stop APP.N` during a halted rollout held both the old and the
+/// new worker of the slot: two records for one slot, for good.
+#[test]
+fn found_seed_11297_a_hold_in_a_halted_rollout_keeps_one_worker_per_slot() {
+    replay(
+        vec![seeded_app(
+            "app0",
+            0,
+            Readiness::Delay(Duration::from_millis(791)),
+            (2, 1),
+            RestartPolicy::Never,
+            None,
+            543,
+        )],
+        vec![
+            Step::Edit(Edit::Scale {
+                app: 29,
+                instances: 4,
+            }),
+            Step::Wait(2479),
+            Step::Edit(Edit::Env {
+                app: 62,
+                value: 158,
+            }),
+            Step::Wait(1108),
+            Step::Crash {
+                process: 1,
+                code: 2,
+            },
+            Step::Command {
+                kind: CommandKind::Stop,
+                app: 36,
+                slot: Some(3),
+            },
+        ],
+    );
+}
+
+/// Seed 32005: a stop in flight kept the kill_timeout it began with after an
+/// edit shortened it, so a shutdown outlasted the file's kill_timeout.
+#[test]
+fn found_seed_32005_a_kill_timeout_edit_reaches_stops_in_flight() {
+    replay(
+        vec![seeded_app(
+            "app0",
+            4,
+            Readiness::Immediate,
+            (0, 1),
+            RestartPolicy::Always,
+            None,
+            2331,
+        )],
+        vec![
+            Step::Plan(Behaviour {
+                ignores_stop: true,
+                ..Behaviour::default()
+            }),
+            Step::Crash {
+                process: 12,
+                code: 1,
+            },
+            Step::Wait(1896),
+            Step::Command {
+                kind: CommandKind::Reload,
+                app: 14,
+                slot: None,
+            },
+            Step::Edit(Edit::KillTimeout {
+                app: 33,
+                millis: 1652,
+            }),
+            Step::Sigterm,
+        ],
+    );
+}
