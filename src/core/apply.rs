@@ -118,6 +118,38 @@ impl Core {
     }
 }
 
+impl Core {
+    /// Every socket an app's current definition, or an older one a worker
+    /// still runs, needs: what [`Action::SweepSockets`] keeps.
+    pub fn wanted_sockets(&self) -> std::collections::HashSet<crate::spec::SocketKey> {
+        let mut wanted = std::collections::HashSet::new();
+        for app in self.apps.values() {
+            for (generation, definition) in &app.definitions {
+                if app.removed && !app.workers.values().any(|w| w.generation == *generation) {
+                    continue;
+                }
+                for listen in &definition.listen {
+                    if listen.reuseport {
+                        // Per slot: wanted slots, and slots with a worker.
+                        let slots =
+                            (0..app.spec.instances).chain(app.workers.values().map(|w| w.slot));
+                        wanted.extend(slots.map(|slot| crate::spec::SocketKey {
+                            address: listen.address.clone(),
+                            slot: Some(slot),
+                        }));
+                    } else {
+                        wanted.insert(crate::spec::SocketKey {
+                            address: listen.address.clone(),
+                            slot: None,
+                        });
+                    }
+                }
+            }
+        }
+        wanted
+    }
+}
+
 fn change_app(change: &AppChange) -> &str {
     match change {
         AppChange::Added { name, .. }

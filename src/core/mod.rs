@@ -17,12 +17,16 @@
 //! worker waits in `Spawning` until the shell feeds back [`Input::Spawned`]
 //! or [`Input::SpawnFailed`], which it always does before the next event.
 
+mod app;
 pub mod apply;
 pub mod commands;
 pub mod event;
 pub mod process;
 pub mod reconcile;
+mod shutdown;
 pub mod worker;
+
+pub use app::App;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -32,10 +36,10 @@ use indexmap::IndexMap;
 use nix::sys::signal::Signal;
 
 pub use event::{Event, Instance, ReadyVia};
-use reconcile::{Plan, Step, StopReason, Target, Workers};
+use reconcile::{Plan, Step, StopReason, Target};
 use worker::{AfterStop, Exit, Refused, StartError, Worker, WorkerId};
 
-use crate::spec::{AppSpec, Desired, ProcessDefinition, Readiness};
+use crate::spec::{Desired, ProcessDefinition, Readiness};
 
 /// The guard: every app is reconciled at least this often.
 pub const FULL_PASS_INTERVAL: Duration = Duration::from_secs(10);
@@ -136,88 +140,6 @@ pub enum Phase {
     Running,
     /// Stopping everything (SIGINT/SIGTERM); done when no worker is left.
     ShuttingDown,
-}
-
-/// One app: its desired spec, its workers, and the definitions they run.
-#[derive(Debug, Clone)]
-pub struct App {
-    pub spec: AppSpec,
-    /// The version of the app's process definition; bumped by a change of it
-    /// in the file and by `supervise reload`.
-    pub generation: u64,
-    /// The process definition of every generation a worker still runs.
-    pub definitions: HashMap<u64, Arc<ProcessDefinition>>,
-    pub workers: Workers,
-    pub rollout_halted: bool,
-    /// The current generation replaces by stop-all-then-start (overlapping listen).
-    pub recreate: bool,
-    /// Removed from the file: stopping, then forgotten.
-    pub removed: bool,
-    dirty: bool,
-    wake_at: Option<Instant>,
-}
-
-impl App {
-    fn new(spec: &AppSpec) -> App {
-        App {
-            spec: spec.clone(),
-            generation: 1,
-            definitions: HashMap::from([(1, Arc::new(spec.process.clone()))]),
-            workers: Workers::new(),
-            rollout_halted: false,
-            recreate: false,
-            removed: false,
-            dirty: true,
-            wake_at: None,
-        }
-    }
-
-    /// Drop the definitions no worker runs any more (the current one stays).
-    fn prune_definitions(&mut self) {
-        let current = self.generation;
-        let workers = &self.workers;
-        self.definitions
-            .retain(|g, _| *g == current || workers.values().any(|w| w.generation == *g));
-    }
-
-    /// A new generation of the definition: the workers of older ones are replaced.
-    fn bump_generation(&mut self, definition: ProcessDefinition, recreate: bool) {
-        self.generation += 1;
-        self.definitions
-            .insert(self.generation, Arc::new(definition));
-        self.rollout_halted = false;
-        self.recreate = recreate;
-        self.dirty = true;
-    }
-
-    /// Instances of the current generation that are ready.
-    pub fn replaced(&self) -> usize {
-        self.workers
-            .values()
-            .filter(|w| w.generation == self.generation && w.state.is_ready())
-            .count()
-    }
-
-    /// Workers of older generations.
-    pub fn outdated(&self) -> usize {
-        self.workers
-            .values()
-            .filter(|w| w.generation < self.generation)
-            .count()
-    }
-
-    /// Every wanted slot has a ready worker.
-    fn all_ready(&self) -> bool {
-        let mut ready: Vec<u32> = self
-            .workers
-            .values()
-            .filter(|w| w.state.is_ready() && w.slot < self.spec.instances)
-            .map(|w| w.slot)
-            .collect();
-        ready.sort_unstable();
-        ready.dedup();
-        ready.len() == self.spec.instances as usize
-    }
 }
 
 /// The state of every app and worker, and the rules that change it.
@@ -610,75 +532,6 @@ impl Core {
             self.report(Event::AllReady);
             self.emit(Action::Systemd("READY=1"));
         }
-    }
-
-    /// SIGINT or SIGTERM: every app winds down; nothing starts any more.
-    fn shutdown(&mut self, why: &'static str) {
-        if self.phase == Phase::ShuttingDown {
-            return;
-        }
-        self.phase = Phase::ShuttingDown;
-        let processes = self.pids.len();
-        self.report(Event::Shutdown { why, processes });
-        self.emit(Action::Systemd("STOPPING=1"));
-        for app in self.apps.values_mut() {
-            app.dirty = true;
-        }
-    }
-
-    /// The second SIGINT: every process gets SIGKILL now.
-    fn kill_all(&mut self, now: Instant) {
-        self.shutdown("SIGINT");
-        self.report(Event::KillAll);
-        let mut refusals = Vec::new();
-        for app in self.apps.values_mut() {
-            app.dirty = true;
-            for worker in app.workers.values_mut() {
-                let result = if worker.state.is_running() {
-                    worker.stop(now, Duration::ZERO, AfterStop::Remove)
-                } else if worker.state.is_stopping() {
-                    worker.hurry(now)
-                } else {
-                    Ok(())
-                };
-                if let Err(refused) = result {
-                    refusals.push(refused);
-                }
-            }
-        }
-        for refused in refusals {
-            self.anomaly(refused.to_string());
-        }
-    }
-
-    /// Every socket an app's current definition, or an older one a worker
-    /// still runs, needs: what [`Action::SweepSockets`] keeps.
-    pub fn wanted_sockets(&self) -> std::collections::HashSet<crate::spec::SocketKey> {
-        let mut wanted = std::collections::HashSet::new();
-        for app in self.apps.values() {
-            for (generation, definition) in &app.definitions {
-                if app.removed && !app.workers.values().any(|w| w.generation == *generation) {
-                    continue;
-                }
-                for listen in &definition.listen {
-                    if listen.reuseport {
-                        // Per slot: wanted slots, and slots with a worker.
-                        let slots =
-                            (0..app.spec.instances).chain(app.workers.values().map(|w| w.slot));
-                        wanted.extend(slots.map(|slot| crate::spec::SocketKey {
-                            address: listen.address.clone(),
-                            slot: Some(slot),
-                        }));
-                    } else {
-                        wanted.insert(crate::spec::SocketKey {
-                            address: listen.address.clone(),
-                            slot: None,
-                        });
-                    }
-                }
-            }
-        }
-        wanted
     }
 }
 

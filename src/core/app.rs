@@ -1,0 +1,91 @@
+//! One app as the core keeps it: its desired spec, its workers, and the
+//! definitions they run.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::reconcile::Workers;
+use crate::spec::{AppSpec, ProcessDefinition};
+
+/// One app: its desired spec, its workers, and the definitions they run.
+#[derive(Debug, Clone)]
+pub struct App {
+    pub spec: AppSpec,
+    /// The version of the app's process definition; bumped by a change of it
+    /// in the file and by `supervise reload`.
+    pub generation: u64,
+    /// The process definition of every generation a worker still runs.
+    pub definitions: HashMap<u64, Arc<ProcessDefinition>>,
+    pub workers: Workers,
+    pub rollout_halted: bool,
+    /// The current generation replaces by stop-all-then-start (overlapping listen).
+    pub recreate: bool,
+    /// Removed from the file: stopping, then forgotten.
+    pub removed: bool,
+    pub(super) dirty: bool,
+    pub(super) wake_at: Option<Instant>,
+}
+
+impl App {
+    pub(super) fn new(spec: &AppSpec) -> App {
+        App {
+            spec: spec.clone(),
+            generation: 1,
+            definitions: HashMap::from([(1, Arc::new(spec.process.clone()))]),
+            workers: Workers::new(),
+            rollout_halted: false,
+            recreate: false,
+            removed: false,
+            dirty: true,
+            wake_at: None,
+        }
+    }
+
+    /// Drop the definitions no worker runs any more (the current one stays).
+    pub(super) fn prune_definitions(&mut self) {
+        let current = self.generation;
+        let workers = &self.workers;
+        self.definitions
+            .retain(|g, _| *g == current || workers.values().any(|w| w.generation == *g));
+    }
+
+    /// A new generation of the definition: the workers of older ones are replaced.
+    pub(super) fn bump_generation(&mut self, definition: ProcessDefinition, recreate: bool) {
+        self.generation += 1;
+        self.definitions
+            .insert(self.generation, Arc::new(definition));
+        self.rollout_halted = false;
+        self.recreate = recreate;
+        self.dirty = true;
+    }
+
+    /// Instances of the current generation that are ready.
+    pub fn replaced(&self) -> usize {
+        self.workers
+            .values()
+            .filter(|w| w.generation == self.generation && w.state.is_ready())
+            .count()
+    }
+
+    /// Workers of older generations.
+    pub fn outdated(&self) -> usize {
+        self.workers
+            .values()
+            .filter(|w| w.generation < self.generation)
+            .count()
+    }
+
+    /// Every wanted slot has a ready worker.
+    pub(super) fn all_ready(&self) -> bool {
+        let mut ready: Vec<u32> = self
+            .workers
+            .values()
+            .filter(|w| w.state.is_ready() && w.slot < self.spec.instances)
+            .map(|w| w.slot)
+            .collect();
+        ready.sort_unstable();
+        ready.dedup();
+        ready.len() == self.spec.instances as usize
+    }
+}

@@ -1,0 +1,185 @@
+//! The states of a worker, with the data valid in each, and the table of the
+//! transitions allowed between them.
+
+use std::time::Instant;
+
+use super::{AfterStop, Exit};
+
+/// The states of [`Worker`], with the data valid in each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    /// Created; its first process is about to be started.
+    Pending,
+    /// The spawn was ordered; its result (a pid or an error) comes next.
+    Spawning,
+    /// Running, not ready yet.
+    Starting {
+        pid: i32,
+        since: Instant,
+        /// `exec` succeeded: the program, not a forked copy of us, runs.
+        exec_confirmed: bool,
+    },
+    /// Running and ready.
+    Ready {
+        pid: i32,
+        started: Instant,
+        since: Instant,
+    },
+    /// Told to stop; done when its whole process group is empty.
+    Stopping {
+        pid: i32,
+        since: Instant,
+        /// When SIGKILL goes to the group.
+        deadline: Instant,
+        killed: bool,
+        /// How the leader ended, once reaped (the group may still have members).
+        leader_exit: Option<Exit>,
+        then: AfterStop,
+    },
+    /// Waiting to restart.
+    Backoff { until: Instant },
+    /// Gave up: `max_restarts` exceeded. Restarts only on a definition change or command.
+    Failed,
+    /// Stopped by `supervise stop`; starts again on `start` or a change of its app.
+    Held,
+    /// Ended and the restart policy says not to restart (`never`, or `on-failure` after exit 0).
+    Exited,
+}
+
+/// The name of a state, without its data: what [`ALLOWED`] is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Pending,
+    Spawning,
+    Starting,
+    Ready,
+    Stopping,
+    Backoff,
+    Failed,
+    Held,
+    Exited,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 9] = [
+        Kind::Pending,
+        Kind::Spawning,
+        Kind::Starting,
+        Kind::Ready,
+        Kind::Stopping,
+        Kind::Backoff,
+        Kind::Failed,
+        Kind::Held,
+        Kind::Exited,
+    ];
+}
+
+/// `(A, [B, C])`: state A may be entered only from B or C. Staying in a state
+/// with new data (a stop that records its leader's exit) is not a transition.
+pub const ALLOWED: &[(Kind, &[Kind])] = &[
+    (Kind::Spawning, &[Kind::Pending, Kind::Backoff]),
+    (Kind::Starting, &[Kind::Spawning]),
+    (Kind::Ready, &[Kind::Starting]),
+    (Kind::Stopping, &[Kind::Starting, Kind::Ready]),
+    (
+        Kind::Backoff,
+        &[Kind::Spawning, Kind::Starting, Kind::Ready, Kind::Stopping],
+    ),
+    (
+        Kind::Failed,
+        &[Kind::Spawning, Kind::Starting, Kind::Ready, Kind::Stopping],
+    ),
+    (
+        Kind::Exited,
+        &[Kind::Spawning, Kind::Starting, Kind::Ready, Kind::Stopping],
+    ),
+    (
+        Kind::Held,
+        &[
+            Kind::Pending,
+            Kind::Backoff,
+            Kind::Failed,
+            Kind::Exited,
+            Kind::Stopping,
+        ],
+    ),
+    (
+        Kind::Pending,
+        &[
+            Kind::Backoff,
+            Kind::Failed,
+            Kind::Exited,
+            Kind::Held,
+            Kind::Stopping,
+        ],
+    ),
+];
+
+/// Whether [`ALLOWED`] lets a worker go from `from` to `to`.
+pub fn allowed(from: Kind, to: Kind) -> bool {
+    ALLOWED
+        .iter()
+        .any(|(target, sources)| *target == to && sources.contains(&from))
+}
+
+impl State {
+    pub fn kind(&self) -> Kind {
+        match self {
+            State::Pending => Kind::Pending,
+            State::Spawning => Kind::Spawning,
+            State::Starting { .. } => Kind::Starting,
+            State::Ready { .. } => Kind::Ready,
+            State::Stopping { .. } => Kind::Stopping,
+            State::Backoff { .. } => Kind::Backoff,
+            State::Failed => Kind::Failed,
+            State::Held => Kind::Held,
+            State::Exited => Kind::Exited,
+        }
+    }
+
+    /// The leader's pid while a process exists.
+    pub fn pid(&self) -> Option<i32> {
+        match self {
+            State::Starting { pid, .. }
+            | State::Ready { pid, .. }
+            | State::Stopping { pid, .. } => Some(*pid),
+            _ => None,
+        }
+    }
+
+    /// Starting or ready: a process that serves or is about to.
+    pub fn is_running(&self) -> bool {
+        matches!(self, State::Starting { .. } | State::Ready { .. })
+    }
+
+    pub fn is_ready(&self) -> bool {
+        matches!(self, State::Ready { .. })
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        matches!(self, State::Stopping { .. })
+    }
+
+    /// When the current process was started, while there is one.
+    pub fn started(&self) -> Option<Instant> {
+        match self {
+            State::Starting { since, .. } => Some(*since),
+            State::Ready { started, .. } => Some(*started),
+            _ => None,
+        }
+    }
+
+    /// The name `status` shows.
+    pub fn name(&self) -> &'static str {
+        match self {
+            State::Pending => "pending",
+            State::Spawning | State::Starting { .. } => "starting",
+            State::Ready { .. } => "ready",
+            State::Stopping { .. } => "stopping",
+            State::Backoff { .. } => "backoff",
+            State::Failed => "failed",
+            State::Held => "stopped (held)",
+            State::Exited => "exited",
+        }
+    }
+}

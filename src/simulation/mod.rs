@@ -1,0 +1,318 @@
+//! Deterministic simulation of the real supervisor loop (FoundationDB and
+//! TigerBeetle style): the real [`Supervisor`] over [`FakeEffects`], a clock
+//! that only moves when told, and the invariants every state must satisfy.
+//!
+//! A [`World`] is driven by [`Step`]s — time passing, crashes, exec failures,
+//! processes that ignore SIGTERM or drain slowly, readiness from probes and
+//! the notify socket, control commands, edits of the file (valid or not) and
+//! shutdown at any moment. A step names its target by an index taken modulo
+//! what exists *then*, so any subsequence of a schedule is a valid schedule:
+//! a failing one can be shrunk by dropping steps. After every step,
+//! [`World::check`] checks the invariants:
+//! - no worker is ready (or starting) without a live process behind it, and
+//!   no worker waits in `Spawning` once an event is handled;
+//! - no stop waits on a process that does not exist, and every live process
+//!   belongs to a worker (nothing escapes the books);
+//! - a rollout never has more than `N + max_surge` processes, and only a
+//!   fault, a command, an edit or shutdown may take the ready count below
+//!   `N − max_unavailable`;
+//! - the core never refuses one of its own decisions (an anomaly).
+//!
+//! [`World::converges`] then lets time pass with healthy processes and checks
+//! that the running system equals the file, and [`World::shuts_down`] that a
+//! shutdown completes within the largest `kill_timeout` plus a bound.
+//! `tests/simulation.rs` generates schedules from seeds.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use crate::control::Command;
+use crate::core::Phase;
+use crate::effects::Effects;
+use crate::effects::fake::{FakeEffects, Life};
+use crate::effects::notify::Notification;
+use crate::effects::watch::{Load, Loaded};
+use crate::spec::{AppSpec, Desired, Probe, ProbeKind, ProbeSpec, Readiness, Template};
+use crate::supervisor::{Event, Supervisor};
+
+mod invariants;
+mod step;
+
+pub use step::{CommandKind, Edit, Step};
+
+/// The uid the simulated supervisor runs as.
+pub const UID: u32 = 1000;
+/// Time steps taken by one `advance` before it is called stuck (a liveness bug).
+const MAX_TICKS: usize = 100_000;
+
+/// What an invariant found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation(pub String);
+
+/// The simulated world: the real supervisor, its fake effects, the file.
+pub struct World {
+    pub supervisor: Supervisor<FakeEffects>,
+    /// The file as the supervisor should be running it now.
+    pub desired: Desired,
+    /// The file's apps as written last, valid or not (edits build on it).
+    written: Vec<AppSpec>,
+    added: usize,
+    /// Per app, the rollout being watched: (generation, instances, checked).
+    rollouts: HashMap<String, (u64, u32, bool)>,
+    /// Ready counts before the current step, per app.
+    ready_before: HashMap<String, usize>,
+    /// The last thing that may take workers away on purpose or by fault.
+    disruptive: bool,
+    pub shutdown_at: Option<Instant>,
+    /// The steps taken, for a failure's report.
+    pub trace: Vec<Step>,
+}
+
+/// An app for the simulation: `sleep`-like, small timeouts so simulated time
+/// stays short, the readiness given.
+pub fn app(name: &str, instances: u32, ready: Readiness) -> AppSpec {
+    let mut spec = AppSpec::with_defaults(name, &["/bin/worker"], instances);
+    spec.ready = match ready {
+        Readiness::Probe(_) => probe(instances),
+        other => other,
+    };
+    spec.ready_timeout = Duration::from_secs(3);
+    spec.kill_timeout = Duration::from_secs(2);
+    spec.backoff.max = Duration::from_secs(2);
+    spec
+}
+
+/// A tcp probe on `127.0.0.1:{instance+9000}`, parsed for `instances` slots.
+pub fn probe(instances: u32) -> Readiness {
+    let written =
+        Template::parse("127.0.0.1:{instance+9000}").unwrap_or_else(|_| Template::literal(""));
+    Readiness::Probe(ProbeSpec {
+        kind: ProbeKind::Tcp,
+        targets: (0..instances.max(1))
+            .map(|i| Probe::Tcp(([127, 0, 0, 1], 9000 + i as u16).into()))
+            .collect(),
+        written,
+    })
+}
+
+impl World {
+    /// A world running `apps`, started.
+    pub fn new(apps: Vec<AppSpec>) -> World {
+        let desired = Desired {
+            source: "/sim/ecosystem.yaml".into(),
+            apps: apps.clone(),
+        };
+        let fake = FakeEffects::new(Instant::now());
+        let mut supervisor = Supervisor::new(&desired, "ecosystem.yaml", UID, fake);
+        supervisor.start();
+        let mut world = World {
+            supervisor,
+            desired,
+            written: apps,
+            added: 0,
+            rollouts: HashMap::new(),
+            ready_before: HashMap::new(),
+            disruptive: false,
+            shutdown_at: None,
+            trace: Vec::new(),
+        };
+        world.deliver();
+        world
+    }
+
+    pub fn now(&self) -> Instant {
+        self.supervisor.effects().now()
+    }
+
+    /// What the fake effects did, in order.
+    pub fn history(&self) -> &[String] {
+        &self.supervisor.effects().history
+    }
+
+    pub fn fake(&mut self) -> &mut FakeEffects {
+        self.supervisor.effects_mut()
+    }
+
+    /// Hand the supervisor what the fake world has for it now: exec
+    /// statuses that are due, SIGCHLD for exited children.
+    pub fn deliver(&mut self) {
+        for _ in 0..MAX_TICKS {
+            let reports = self.fake().due_exec_reports();
+            if !reports.is_empty() {
+                self.supervisor.handle_all(
+                    reports
+                        .into_iter()
+                        .map(|(pid, status)| Event::ExecStatus { pid, status }),
+                );
+                continue;
+            }
+            if self.supervisor.effects().sigchld_pending() {
+                let before = self.zombies();
+                self.supervisor.handle(Event::ChildExited);
+                if self.zombies() == before {
+                    // Zombies the supervisor cannot reap yet (their exec status
+                    // is still to come): nothing more now.
+                    return;
+                }
+                continue;
+            }
+            return;
+        }
+        panic!("deliver: the world does not calm down");
+    }
+
+    fn zombies(&self) -> usize {
+        self.supervisor
+            .effects()
+            .processes()
+            .filter(|p| matches!(p.life, Life::Zombie(_)))
+            .count()
+    }
+
+    /// Let `by` pass, stopping at every moment the supervisor or a process
+    /// has something due.
+    pub fn advance(&mut self, by: Duration) {
+        let target = self.now() + by;
+        for _ in 0..MAX_TICKS {
+            self.deliver();
+            let now = self.now();
+            if self.supervisor.finished() {
+                // The real loop has exited: time passes for the fake alone.
+                self.fake().advance_to(target);
+                return;
+            }
+            let wake = self.supervisor.next_wake();
+            if wake <= now {
+                self.supervisor.handle(Event::Timer);
+                continue;
+            }
+            let next = self
+                .supervisor
+                .effects()
+                .next_due()
+                .filter(|t| *t > now)
+                .map_or(wake, |t| t.min(wake));
+            if next > target {
+                self.fake().advance_to(target);
+                self.deliver();
+                return;
+            }
+            self.fake().advance_to(next);
+            if next >= wake {
+                // The loop's sleep until `wake` ended.
+                self.deliver();
+                self.supervisor.handle(Event::Timer);
+            }
+        }
+        panic!("advance: no progress after {MAX_TICKS} steps: a busy loop");
+    }
+
+    /// Every probing process's probe succeeds and every notify process says
+    /// READY=1.
+    pub fn ready_everything(&mut self) {
+        let probing: Vec<i32> = self.supervisor.effects().probing().collect();
+        let probing: Vec<i32> = probing
+            .into_iter()
+            .filter(|pid| self.runs_program(*pid))
+            .collect();
+        if !probing.is_empty() {
+            self.supervisor
+                .handle_all(probing.into_iter().map(|pid| Event::ProbeSucceeded { pid }));
+        }
+        let notifying: Vec<i32> = self
+            .supervisor
+            .effects()
+            .processes()
+            .filter(|p| p.readiness == Readiness::Notify && p.runs_program())
+            .map(|p| p.pid)
+            .collect();
+        for pid in notifying {
+            self.notify(pid, UID);
+        }
+        self.deliver();
+    }
+
+    fn runs_program(&self, pid: i32) -> bool {
+        self.supervisor
+            .effects()
+            .process(pid)
+            .is_some_and(|p| p.runs_program())
+    }
+
+    /// Process `pid` sends `READY=1` as `uid`.
+    pub fn notify(&mut self, pid: i32, uid: u32) {
+        self.supervisor.handle(Event::Notified(Notification {
+            sender_pid: pid,
+            sender_uid: uid,
+            sender_pgid: Some(pid),
+            main_pid: None,
+            ready: true,
+            stopping: false,
+            status: Some("serving".into()),
+        }));
+    }
+
+    /// Apply a new version of the file (as the config loader would hand it).
+    pub fn apply(&mut self, apps: Vec<AppSpec>) {
+        self.written = apps.clone();
+        let desired = Desired {
+            source: self.desired.source.clone(),
+            apps,
+        };
+        self.supervisor.handle(Event::Config(Loaded {
+            trigger: "the file changed".into(),
+            load: Load::Valid {
+                desired: desired.clone(),
+                diagnostics: String::new(),
+            },
+            identity: None,
+        }));
+        if self.supervisor.core().phase() == Phase::Running {
+            self.desired = self.supervisor.core().desired().clone();
+        }
+    }
+
+    /// A control command; its reply.
+    pub fn command(&mut self, command: Command) -> serde_json::Value {
+        self.supervisor.control(command)
+    }
+
+    /// The live processes (running or stopping), by pid.
+    pub fn live(&self) -> Vec<i32> {
+        self.supervisor
+            .effects()
+            .processes()
+            .filter(|p| p.is_alive())
+            .map(|p| p.pid)
+            .collect()
+    }
+
+    /// `(slot, generation, state)` of an app's workers, sorted.
+    pub fn slots(&self, app: &str) -> Vec<(u32, u64, &'static str)> {
+        let mut slots: Vec<_> = self
+            .supervisor
+            .core()
+            .app(app)
+            .map(|a| {
+                a.workers
+                    .values()
+                    .map(|w| (w.slot, w.generation, w.state.name()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        slots.sort();
+        slots
+    }
+
+    /// The pids of an app's workers, sorted.
+    pub fn pids(&self, app: &str) -> Vec<i32> {
+        let mut pids: Vec<i32> = self
+            .supervisor
+            .core()
+            .app(app)
+            .map(|a| a.workers.values().filter_map(|w| w.state.pid()).collect())
+            .unwrap_or_default();
+        pids.sort();
+        pids
+    }
+}

@@ -1,0 +1,210 @@
+//! The steps a schedule is made of, and how the world takes each.
+
+use std::time::Duration;
+
+use super::{UID, Violation, World, app, probe};
+use crate::control::Command;
+use crate::core::worker::{Exit, StartError, StartStage};
+use crate::effects::fake::Behaviour;
+use crate::effects::watch::{Load, Loaded};
+use crate::spec::{Readiness, Template};
+use crate::supervisor::Event;
+
+/// One thing that happens to the world. Indices are taken modulo the
+/// candidates that exist when the step runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Time passes (milliseconds), through every moment something is due.
+    Wait(u64),
+    /// A running process exits on its own, with a code or (odd) a signal.
+    Crash {
+        process: usize,
+        code: i32,
+    },
+    /// The next processes spawned behave like this.
+    Plan(Behaviour),
+    /// Spawns fail (fork: EAGAIN) until the next `SpawnsWork`.
+    SpawnsFail,
+    SpawnsWork,
+    /// A probing process's probe succeeds.
+    Probe {
+        process: usize,
+    },
+    /// A process sends `READY=1` (from a foreign uid when `foreign`).
+    Notify {
+        process: usize,
+        foreign: bool,
+    },
+    /// A control command on an app (or one instance).
+    Command {
+        kind: CommandKind,
+        app: usize,
+        slot: Option<u32>,
+    },
+    /// A new version of the file.
+    Edit(Edit),
+    /// An edit that does not check.
+    InvalidEdit,
+    Sigterm,
+    Sigint,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommandKind {
+    Reload,
+    Restart,
+    Stop,
+    Start,
+}
+
+/// How an edit changes the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Edit {
+    Scale {
+        app: usize,
+        instances: u32,
+    },
+    /// A new value of an `env` variable: a new generation, rolled out.
+    Env {
+        app: usize,
+        value: u32,
+    },
+    /// A policy field: nothing restarts.
+    KillTimeout {
+        app: usize,
+        millis: u64,
+    },
+    Add,
+    Remove {
+        app: usize,
+    },
+}
+
+impl World {
+    /// Take one step of a schedule, then check the invariants.
+    pub fn step(&mut self, step: Step) -> Result<(), Violation> {
+        self.trace.push(step.clone());
+        self.ready_before = self.ready_counts();
+        self.disruptive = !matches!(
+            step,
+            Step::Wait(_) | Step::Probe { .. } | Step::Notify { .. } | Step::Plan(_)
+        );
+        match step {
+            Step::Wait(millis) => self.advance(Duration::from_millis(millis)),
+            Step::Crash { process, code } => {
+                let live = self.live();
+                if !live.is_empty() {
+                    let pid = live[process % live.len()];
+                    let exit = if code % 2 == 1 {
+                        Exit::Signal {
+                            signal: libc::SIGSEGV,
+                            core: code % 3 == 0,
+                        }
+                    } else {
+                        Exit::Code(code)
+                    };
+                    self.fake().crash(pid, exit);
+                    self.deliver();
+                }
+            }
+            Step::Plan(behaviour) => self.fake().plans.push_back(behaviour),
+            Step::SpawnsFail => {
+                self.fake().spawn_failure = Some(StartError {
+                    stage: StartStage::Fork,
+                    errno: libc::EAGAIN,
+                });
+            }
+            Step::SpawnsWork => self.fake().spawn_failure = None,
+            Step::Probe { process } => {
+                let probing: Vec<i32> = self.supervisor.effects().probing().collect();
+                let mut probing: Vec<i32> = probing
+                    .into_iter()
+                    .filter(|pid| self.runs_program(*pid))
+                    .collect();
+                probing.sort();
+                if !probing.is_empty() {
+                    let pid = probing[process % probing.len()];
+                    self.supervisor.handle(Event::ProbeSucceeded { pid });
+                }
+            }
+            Step::Notify { process, foreign } => {
+                let live = self.live();
+                if !live.is_empty() {
+                    let pid = live[process % live.len()];
+                    self.notify(pid, if foreign { UID + 1 } else { UID });
+                }
+            }
+            Step::Command { kind, app, slot } => {
+                let names: Vec<String> = self.desired.apps.iter().map(|a| a.name.clone()).collect();
+                if !names.is_empty() {
+                    let name = &names[app % names.len()];
+                    let target = slot.map_or(name.clone(), |s| format!("{name}.{s}"));
+                    let command = match kind {
+                        CommandKind::Reload => Command::Reload { app: name.clone() },
+                        CommandKind::Restart => Command::Restart { target },
+                        CommandKind::Stop => Command::Stop { target },
+                        CommandKind::Start => Command::Start { target },
+                    };
+                    self.command(command);
+                }
+            }
+            Step::Edit(edit) => self.edit(edit),
+            Step::InvalidEdit => self.supervisor.handle(Event::Config(Loaded {
+                trigger: "the file changed".into(),
+                load: Load::Invalid {
+                    rendered: "ecosystem.yaml:1:1: error: simulated".into(),
+                    summary: "1 error".into(),
+                },
+                identity: None,
+            })),
+            Step::Sigterm => self.signal(Event::Terminate),
+            Step::Sigint => self.signal(Event::Interrupt),
+        }
+        self.deliver();
+        self.check()
+    }
+
+    pub(super) fn signal(&mut self, event: Event) {
+        if self.shutdown_at.is_none() {
+            self.shutdown_at = Some(self.now());
+        }
+        self.supervisor.handle(event);
+    }
+
+    fn edit(&mut self, edit: Edit) {
+        let mut apps = self.written.clone();
+        match edit {
+            Edit::Scale { app, instances } if !apps.is_empty() => {
+                let index = app % apps.len();
+                apps[index].instances = instances;
+                if let Readiness::Probe(_) = apps[index].ready {
+                    apps[index].ready = probe(instances);
+                }
+            }
+            Edit::Env { app, value } if !apps.is_empty() => {
+                let index = app % apps.len();
+                apps[index].process.env =
+                    vec![("VERSION".into(), Template::literal(value.to_string()))];
+            }
+            Edit::KillTimeout { app, millis } if !apps.is_empty() => {
+                let index = app % apps.len();
+                apps[index].kill_timeout = Duration::from_millis(millis.max(1));
+            }
+            Edit::Add => {
+                self.added += 1;
+                let name = format!("added{}", self.added);
+                apps.push(app(
+                    &name,
+                    1 + (self.added % 3) as u32,
+                    Readiness::Immediate,
+                ));
+            }
+            Edit::Remove { app } if !apps.is_empty() => {
+                let index = app % apps.len();
+                apps.remove(index);
+            }
+            _ => return,
+        }
+        self.apply(apps);
+    }
+}
