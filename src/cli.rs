@@ -17,6 +17,7 @@ use crate::effects::sockets::SocketRegistry;
 use crate::effects::spawn::Spawner;
 use crate::effects::system::Setup;
 use crate::effects::systemd::SystemdNotifier;
+use crate::effects::tracking::Tracking;
 use crate::effects::undertaker::Undertaker;
 use crate::effects::watch::{FileWatcher, content_hash};
 use crate::spec::Desired;
@@ -63,8 +64,19 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "PATH")]
     pub socket: Option<PathBuf>,
 
+    /// Track each instance in a cgroup of its own when a writable cgroup v2
+    /// hierarchy is there (`auto`), or by the environment only (`off`).
+    #[arg(long, global = true, value_enum, default_value_t = CgroupMode::Auto)]
+    pub cgroups: CgroupMode,
+
     #[command(subcommand)]
     pub command: Option<Command>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CgroupMode {
+    Auto,
+    Off,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -423,9 +435,13 @@ pub fn run(cli: &Cli) -> ExitCode {
             return ExitCode::from(exit::USAGE);
         }
     };
-    // Forked while still single-threaded: before the watcher, the log writer
-    // and the runtime start their threads.
-    let undertaker = match Undertaker::start() {
+    // While single-threaded: this may move the whole process into a cgroup,
+    // and the helpers started next are born there.
+    let tracking = Tracking::choose(
+        &identity.keys[identity.keys.len() - 1],
+        cli.cgroups == CgroupMode::Auto,
+    );
+    let undertaker = match Undertaker::start(tracking.undertaker_orders()) {
         Ok(undertaker) => undertaker,
         Err(error) => {
             err(&format!(
@@ -494,6 +510,7 @@ pub fn run(cli: &Cli) -> ExitCode {
     if !rendered.is_empty() {
         sink.send(rendered.into_bytes());
     }
+    report_tracking(&tracking);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -514,6 +531,7 @@ pub fn run(cli: &Cli) -> ExitCode {
         base_env: worker_base_env(std::env::vars_os()),
         nofile_soft,
         systemd: SystemdNotifier::from_env(std::env::var_os("NOTIFY_SOCKET")),
+        tracking: tracking.clone(),
     };
     let result = runtime.block_on(async {
         // Every socket of the first version is bound before anything starts:
@@ -545,6 +563,35 @@ pub fn run(cli: &Cli) -> ExitCode {
             sink.flush(std::time::Duration::from_secs(1));
             ExitCode::from(exit::INVALID)
         }
+    }
+}
+
+/// Say once how instances are tracked, and what a previous run left.
+fn report_tracking(tracking: &Tracking) {
+    match tracking {
+        Tracking::Cgroups(run) => {
+            tracing::info!(
+                event = "tracking",
+                mode = "cgroup",
+                "processes tracked by {}",
+                tracking.describe()
+            );
+            if run.leftovers > 0 {
+                tracing::warn!(
+                    event = "leftovers_killed",
+                    count = run.leftovers,
+                    "killed {} processes left by a previous run of this file (in its cgroups under {})",
+                    run.leftovers,
+                    run.base.display()
+                );
+            }
+        }
+        Tracking::Environment { .. } => tracing::warn!(
+            event = "tracking",
+            mode = "environment",
+            "processes tracked by {}: a descendant that escapes its process group and clears its environment is not found",
+            tracking.describe()
+        ),
     }
 }
 

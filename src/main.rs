@@ -18,6 +18,20 @@ fn main() -> ExitCode {
         supervise::effects::spawn::serve_spawner(socket);
         return ExitCode::SUCCESS;
     }
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == supervise::effects::undertaker::UNDERTAKER_ARG)
+    {
+        use std::os::fd::FromRawFd;
+        let args: Vec<std::ffi::OsString> = std::env::args_os().skip(2).collect();
+        let Some(orders) = supervise::effects::undertaker::Orders::from_args(&args) else {
+            return ExitCode::from(2);
+        };
+        // SAFETY: the supervisor started us with our pipe as fd 3, ours to own.
+        let pipe = unsafe { std::os::fd::OwnedFd::from_raw_fd(3) };
+        supervise::effects::undertaker::serve(pipe, &orders);
+        return ExitCode::SUCCESS;
+    }
     let args = Cli::parse_from(cli::follow_flag_after_logs(std::env::args_os()));
     let file = args.file.as_deref();
     let socket = || client::socket_path(file, args.socket.as_deref());

@@ -4,7 +4,9 @@
 //! children that outlive their leader, readiness news, control commands,
 //! edits of the file (valid and invalid) and shutdown at any moment. After
 //! every step the invariants are checked; at the end the system must converge
-//! to the file and shut down in time.
+//! to the file and shut down in time. Odd seeds run with emptied groups
+//! announced (cgroup mode), even ones with them polled (the environment
+//! mode); the regressions run in both.
 //!
 //! CI runs [`SEEDS`] fixed seeds. More: `SIM_SEEDS=100000 cargo test --release
 //! --test simulation` (RELIABILITY.md has the figures); `SIM_FIRST=N` starts
@@ -25,6 +27,23 @@ use supervise::spec::{AppSpec, MaxRestarts, Readiness, ReloadLimits, RestartPoli
 
 /// Seeds CI runs.
 const SEEDS: u64 = 2000;
+
+/// How the supervisor learns that an instance's processes are gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Groups {
+    /// It looks on a timer (process groups; `--cgroups off`).
+    Polled,
+    /// `cgroup.events` says so.
+    Announced,
+}
+
+fn groups_of(seed: u64) -> Groups {
+    if seed % 2 == 1 {
+        Groups::Announced
+    } else {
+        Groups::Polled
+    }
+}
 
 fn env_number(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
@@ -159,9 +178,12 @@ fn schedule(seed: u64) -> (Vec<AppSpec>, Vec<Step>) {
 }
 
 /// Play a schedule; the first violation (or panic) and the step it came at.
-fn play(apps: &[AppSpec], steps: &[Step]) -> Result<(), (usize, Violation)> {
+fn play(apps: &[AppSpec], steps: &[Step], groups: Groups) -> Result<(), (usize, Violation)> {
     let outcome = catch_unwind(AssertUnwindSafe(|| {
-        let mut world = World::new(apps.to_vec());
+        let mut world = match groups {
+            Groups::Polled => World::new(apps.to_vec()),
+            Groups::Announced => World::with_cgroups(apps.to_vec()),
+        };
         let with_history = |world: &World, (at, violation): (usize, Violation)| {
             let history = world.history();
             let tail = &history[history.len().saturating_sub(40)..];
@@ -203,7 +225,7 @@ fn play(apps: &[AppSpec], steps: &[Step]) -> Result<(), (usize, Violation)> {
 }
 
 /// Drop steps while the schedule still fails (chunks, then one by one).
-fn shrink(apps: &[AppSpec], mut steps: Vec<Step>) -> Vec<Step> {
+fn shrink(apps: &[AppSpec], mut steps: Vec<Step>, groups: Groups) -> Vec<Step> {
     let mut budget = 3000;
     let mut chunk = steps.len() / 2;
     while chunk >= 1 && budget > 0 {
@@ -214,7 +236,7 @@ fn shrink(apps: &[AppSpec], mut steps: Vec<Step>) -> Vec<Step> {
             let mut candidate = steps.clone();
             let end = (start + chunk).min(candidate.len());
             candidate.drain(start..end);
-            if play(apps, &candidate).is_err() {
+            if play(apps, &candidate, groups).is_err() {
                 steps = candidate;
                 removed = true;
             } else {
@@ -230,13 +252,14 @@ fn shrink(apps: &[AppSpec], mut steps: Vec<Step>) -> Vec<Step> {
 
 fn check_seed(seed: u64) {
     let (apps, steps) = schedule(seed);
-    if let Err((at, violation)) = play(&apps, &steps) {
-        let minimal = shrink(&apps, steps.clone());
-        let (_, minimal_violation) = play(&apps, &minimal)
+    let groups = groups_of(seed);
+    if let Err((at, violation)) = play(&apps, &steps, groups) {
+        let minimal = shrink(&apps, steps.clone(), groups);
+        let (_, minimal_violation) = play(&apps, &minimal, groups)
             .err()
             .unwrap_or((at, violation.clone()));
         panic!(
-            "seed {seed} fails at step {at} of {}: {}\n\
+            "seed {seed} ({groups:?} groups) fails at step {at} of {}: {}\n\
              replay: SIM_SEED={seed} cargo test --test simulation\n\
              apps: {:#?}\n\
              minimal trace ({} steps, failing with: {}):\n{:#?}",
@@ -412,10 +435,13 @@ fn seeded_app(
     spec
 }
 
-/// Replay a minimal trace a seed once failed with; it must hold now.
+/// Replay a minimal trace a seed once failed with; it must hold now, with
+/// emptied groups polled and announced.
 fn replay(apps: Vec<AppSpec>, steps: Vec<Step>) {
-    if let Err((at, violation)) = play(&apps, &steps) {
-        panic!("step {at}: {}", violation.0);
+    for groups in [Groups::Polled, Groups::Announced] {
+        if let Err((at, violation)) = play(&apps, &steps, groups) {
+            panic!("{groups:?}: step {at}: {}", violation.0);
+        }
     }
 }
 

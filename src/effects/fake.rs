@@ -9,8 +9,15 @@
 //! process is a zombie until reaped; its group lives while a member does;
 //! SIGKILL always kills; a process reaped before its exec status was read
 //! waits for it, as on the real system.
+//!
+//! Two ways of learning that an instance's processes are gone are modelled,
+//! as the two tracking modes have them: polled (process groups, the
+//! environment: the loop looks on a timer) and announced (cgroups: the
+//! kernel says so through `cgroup.events`, and the driver delivers
+//! [`crate::supervisor::Event::GroupsChanged`] when
+//! [`FakeEffects::take_emptied_groups`] says one emptied).
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
@@ -121,6 +128,10 @@ pub struct FakeEffects {
     /// What systemd was told.
     pub systemd: Vec<String>,
     probes: HashSet<i32>,
+    /// Emptied groups are announced (cgroup mode), not polled.
+    announces_empty_groups: bool,
+    /// Groups that had a member when last looked at (announced mode).
+    populated: BTreeSet<i32>,
 }
 
 impl FakeEffects {
@@ -138,7 +149,34 @@ impl FakeEffects {
             history: Vec::new(),
             systemd: Vec::new(),
             probes: HashSet::new(),
+            announces_empty_groups: false,
+            populated: BTreeSet::new(),
         }
+    }
+
+    /// Emptied groups are announced, as `cgroup.events` does in cgroup mode:
+    /// the supervisor no longer polls for them.
+    pub fn announcing_empty_groups(mut self) -> FakeEffects {
+        self.announces_empty_groups = true;
+        self
+    }
+
+    /// Announced mode: whether a group emptied since the last call (the
+    /// driver then delivers `GroupsChanged`). Always `false` when polled.
+    pub fn take_emptied_groups(&mut self) -> bool {
+        if !self.announces_empty_groups {
+            return false;
+        }
+        let emptied: Vec<i32> = self
+            .populated
+            .iter()
+            .copied()
+            .filter(|pgid| !self.group_exists(*pgid))
+            .collect();
+        for pgid in &emptied {
+            self.populated.remove(pgid);
+        }
+        !emptied.is_empty()
     }
 
     /// Move time to `now`: stopping processes whose time came exit.
@@ -279,6 +317,7 @@ impl Effects for FakeEffects {
         if matches!(order.readiness, Readiness::Probe(_)) {
             self.probes.insert(pid);
         }
+        self.populated.insert(pid);
         Ok(pid)
     }
 
@@ -334,9 +373,19 @@ impl Effects for FakeEffects {
         })
     }
 
-    fn group_alive(&mut self, pgid: i32) -> bool {
-        self.group_exists(pgid)
+    fn empty_groups(&mut self, pgids: &[i32]) -> Vec<i32> {
+        pgids
+            .iter()
+            .copied()
+            .filter(|pgid| !self.group_exists(*pgid))
+            .collect()
     }
+
+    fn needs_polling(&self) -> bool {
+        !self.announces_empty_groups
+    }
+
+    fn settle_groups(&mut self) {}
 
     fn kill_leftovers(&mut self, pgid: i32) -> usize {
         match self.processes.get_mut(&pgid) {

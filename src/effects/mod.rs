@@ -8,8 +8,10 @@
 //! [`fake::FakeEffects`] is a deterministic process table for the simulation,
 //! which drives the real [`crate::supervisor::Supervisor`] through it.
 
+pub mod cgroup;
 pub mod control;
 pub mod fake;
+pub mod groups;
 pub mod logging;
 pub mod notify;
 pub mod output;
@@ -20,6 +22,7 @@ pub mod sockets;
 pub mod spawn;
 pub mod system;
 pub mod systemd;
+pub mod tracking;
 pub mod undertaker;
 pub mod watch;
 
@@ -65,20 +68,30 @@ pub trait Effects {
         sockets: &[(RawFd, ListenAddress)],
     ) -> Result<i32, SpawnFailure>;
 
-    /// Send `signal` to process group `pgid` (an empty group is fine).
+    /// Send `signal` to instance `pgid`: its process group and whatever
+    /// escaped it (an empty group is fine).
     fn signal_group(&mut self, pgid: i32, signal: Signal);
 
     /// The next exited child, without blocking; `None` when there is none.
     fn reap(&mut self) -> Option<Reaped>;
 
-    /// Whether process group `pgid` still has a member.
-    fn group_alive(&mut self, pgid: i32) -> bool;
+    /// Which of these instances (named by their leader's process group) have
+    /// no process left — in their group, or escaped from it.
+    fn empty_groups(&mut self, pgids: &[i32]) -> Vec<i32>;
 
-    /// SIGKILL what is left of group `pgid` (its leader is gone); how many were left.
+    /// Whether the loop must look at draining groups on a timer: nothing
+    /// tells it when one empties (with cgroups, inotify does).
+    fn needs_polling(&self) -> bool;
+
+    /// SIGKILL what is left of instance `pgid` (its leader is gone); how many were left.
     fn kill_leftovers(&mut self, pgid: i32) -> usize;
 
-    /// The group is gone for good: stop tracking it (the undertaker too).
+    /// The instance is gone for good: stop tracking it (the undertaker too).
     fn forget_group(&mut self, pgid: i32);
+
+    /// Something about the instances' processes changed (a cgroup emptied):
+    /// tidy up what is gone.
+    fn settle_groups(&mut self);
 
     /// `exec` in process `pid` succeeded (`None`) or failed: recorded, so that
     /// its exit is reaped with the cause. An exit that was reaped before (and

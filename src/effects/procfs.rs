@@ -77,10 +77,47 @@ pub fn group_usage() -> std::collections::HashMap<i32, GroupUsage> {
     usage
 }
 
+/// Every process whose environment has an entry starting with `prefix`
+/// (`SUPERVISE_RUN=<token>.`), by the entry's value (`<token>.<n>`): the
+/// processes a run started, wherever they went.
+pub fn carriers(prefix: &str) -> std::collections::HashMap<String, Vec<i32>> {
+    let mut found: std::collections::HashMap<String, Vec<i32>> = std::collections::HashMap::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    let name_len = prefix.find('=').map_or(0, |i| i + 1);
+    for pid in entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+    {
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        if let Some(entry) = environ
+            .split(|b| *b == 0)
+            .find(|entry| entry.starts_with(prefix.as_bytes()))
+        {
+            let value = String::from_utf8_lossy(&entry[name_len..]).into_owned();
+            found.entry(value).or_default().push(pid);
+        }
+    }
+    found
+}
+
 /// Clock ticks per second (for `cpu_ticks`).
 pub fn ticks_per_second() -> u64 {
     // SAFETY: sysconf has no preconditions.
     u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap_or(100)
+}
+
+/// The state letter of `pid` (`R`, `S`, `Z`…), if it still exists.
+pub fn state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
 }
 
 /// The process group of `pid`, if it still exists (zombies included).

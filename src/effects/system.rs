@@ -12,7 +12,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
-use std::os::fd::{OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -23,16 +23,21 @@ use tokio::sync::mpsc;
 use tracing::{error, warn};
 
 use super::control::LogHub;
+use super::groups::Groups;
 use super::output::{self, LogFormat, LogSink, Source, Stream};
 use super::probe;
 use super::sockets::{BindError, SocketRegistry};
 use super::spawn::{self, ExecStatus, SpawnRequest, Spawner};
 use super::systemd::SystemdNotifier;
+use super::tracking::Tracking;
 use super::undertaker::Undertaker;
-use super::{Effects, Reaped, SpawnFailure, procfs};
+use super::{Effects, Reaped, SpawnFailure};
 use crate::core::SpawnOrder;
-use crate::core::worker::{Exit, StartError};
+use crate::core::worker::{Exit, StartError, StartStage};
 use crate::spec::{ListenAddress, Readiness, SocketKey};
+
+/// How long the last reap of killed adopted processes may take at shutdown.
+const ADOPTED_REAP_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// A process's exec status, as the watch task read it: `(pid, status)`.
 pub type ExecReport = (i32, ExecStatus);
@@ -43,6 +48,8 @@ pub struct Reports {
     /// A readiness probe succeeded for this pid.
     pub probes: mpsc::Sender<i32>,
     pub exec: mpsc::Sender<ExecReport>,
+    /// An instance's processes changed (a cgroup emptied).
+    pub groups: mpsc::Sender<()>,
 }
 
 /// What the real effects need from the start-up.
@@ -58,6 +65,8 @@ pub struct Setup {
     /// The RLIMIT_NOFILE soft limit we started with (workers get it back).
     pub nofile_soft: libc::rlim_t,
     pub systemd: Option<SystemdNotifier>,
+    /// How every process of an instance is tracked.
+    pub tracking: Tracking,
 }
 
 /// How far we know a process got.
@@ -77,6 +86,8 @@ struct Tracked {
 /// The real effects. Must live on the runtime's (only) thread: it forks.
 pub struct System {
     setup: Setup,
+    /// Every process of every instance, cgroups or tokens.
+    groups: Groups,
     /// `NOTIFY_SOCKET` for workers with `ready: notify`, once bound.
     notify_env: Option<OsString>,
     sockets: SocketRegistry,
@@ -89,6 +100,7 @@ pub struct System {
 impl System {
     pub fn new(setup: Setup, sockets: SocketRegistry, reports: Reports) -> System {
         System {
+            groups: Groups::new(setup.tracking.clone(), reports.groups.clone()),
             setup,
             notify_env: None,
             sockets,
@@ -108,14 +120,51 @@ impl System {
         self.setup.undertaker.pid()
     }
 
+    /// How instances are tracked, for `status`.
+    pub fn tracking(&self) -> &Tracking {
+        self.groups.tracking()
+    }
+
+    /// The instance cgroups, for `status` (CPU time from `cpu.stat`).
+    pub fn cgroups(&self) -> Vec<(i32, std::path::PathBuf)> {
+        self.groups.cgroups()
+    }
+
+    /// Shutdown, every instance stopped: SIGKILL and reap whatever descendant
+    /// of a worker is still around (an adopted daemon, a token carrier).
+    pub fn kill_adopted(&mut self) {
+        let mut known: HashSet<i32> = self.processes.keys().copied().collect();
+        known.extend([self.setup.undertaker.pid(), self.setup.spawner.pid()]);
+        let count = self.groups.kill_adopted(&known);
+        if count > 0 {
+            warn!(
+                event = "adopted_killed",
+                count, "killed {count} leftover descendants of workers"
+            );
+        }
+        // Reap them: SIGKILL is quick, but bounded all the same.
+        let deadline = Instant::now() + ADOPTED_REAP_WAIT;
+        let mut left = self.groups.to_reap();
+        while left > 0 && Instant::now() < deadline {
+            let mut status = 0;
+            // SAFETY: waitpid with a valid status pointer; -1 = any child.
+            match unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) } {
+                pid if pid > 0 => left = left.saturating_sub(1),
+                0 => std::thread::sleep(std::time::Duration::from_millis(5)),
+                _ => break,
+            }
+        }
+    }
+
     /// Everything stopped: dismiss the undertaker and the spawner (each exits
     /// when its socket or pipe closes) and return their pids for a last reap,
-    /// with the output queue.
-    pub fn finish(self) -> ([i32; 2], LogSink) {
+    /// with the output queue and the tracking to tear down.
+    pub fn finish(self) -> ([i32; 2], LogSink, Tracking) {
         let System { setup, .. } = self;
         let spawner = setup.spawner.pid();
         drop(setup.spawner);
-        ([setup.undertaker.dismiss(), spawner], setup.sink)
+        let tracking = setup.tracking;
+        ([setup.undertaker.dismiss(), spawner], setup.sink, tracking)
     }
 
     fn untrack(&mut self, pid: i32) {
@@ -190,7 +239,7 @@ impl Effects for System {
     ) -> Result<i32, SpawnFailure> {
         let fds: Vec<RawFd> = sockets.iter().map(|(fd, _)| *fd).collect();
         let bound: Vec<ListenAddress> = sockets.iter().map(|(_, a)| a.clone()).collect();
-        let request = SpawnRequest {
+        let mut request = SpawnRequest {
             app: &order.app,
             slot: order.slot,
             process: &order.definition,
@@ -200,13 +249,32 @@ impl Effects for System {
             notify_socket: self.notify_env.as_deref(),
             base_env: &self.setup.base_env,
             nofile_soft: self.setup.nofile_soft,
+            run_token: None,
         };
-        let spawned =
-            spawn::spawn(&request, &mut self.setup.spawner).map_err(|e| SpawnFailure {
-                error: e.start_error(),
-                detail: e.to_string(),
+        let placement = self
+            .groups
+            .place(&order.app, order.slot)
+            .map_err(|e| SpawnFailure {
+                error: StartError {
+                    stage: StartStage::Cgroup,
+                    errno: e.raw_os_error().unwrap_or(libc::EIO),
+                },
+                detail: format!("cannot create the instance's cgroup: {e}"),
             })?;
+        request.run_token = placement.token.as_deref();
+        let cgroup = placement.cgroup.as_ref().map(|(_, fd)| fd.as_raw_fd());
+        let spawned = match spawn::spawn(&request, &mut self.setup.spawner, cgroup) {
+            Ok(spawned) => spawned,
+            Err(e) => {
+                self.groups.not_started(placement);
+                return Err(SpawnFailure {
+                    error: e.start_error(),
+                    detail: e.to_string(),
+                });
+            }
+        };
         let pid = spawned.pid;
+        self.groups.started(pid, placement);
         if let Err(error) = self.setup.undertaker.watch(pid) {
             warn!("cannot tell the undertaker about process group {pid}: {error}");
         }
@@ -240,7 +308,7 @@ impl Effects for System {
     }
 
     fn signal_group(&mut self, pgid: i32, signal: Signal) {
-        killpg(pgid, signal as i32);
+        self.groups.signal(pgid, signal);
     }
 
     fn reap(&mut self) -> Option<Reaped> {
@@ -262,10 +330,17 @@ impl Effects for System {
                 continue;
             };
             if pid == self.setup.undertaker.pid() {
-                error!(
-                    event = "undertaker_died",
-                    "the undertaker (pid {pid}) {exit}; workers may outlive a crash of the supervisor"
-                );
+                match self.setup.undertaker.restart() {
+                    Ok(()) => error!(
+                        event = "undertaker_restarted",
+                        "the undertaker (pid {pid}) {exit}; started another (pid {})",
+                        self.setup.undertaker.pid()
+                    ),
+                    Err(error) => error!(
+                        event = "undertaker_died",
+                        "the undertaker (pid {pid}) {exit} and cannot be started again ({error}); workers may outlive a crash of the supervisor"
+                    ),
+                }
                 continue;
             }
             if pid == self.setup.spawner.pid() {
@@ -283,6 +358,7 @@ impl Effects for System {
                 }
             };
             self.untrack(pid);
+            self.groups.reaped();
             return Some(Reaped {
                 pid,
                 exit,
@@ -291,23 +367,27 @@ impl Effects for System {
         }
     }
 
-    fn group_alive(&mut self, pgid: i32) -> bool {
-        group_alive(pgid)
+    fn empty_groups(&mut self, pgids: &[i32]) -> Vec<i32> {
+        self.groups.empty(pgids)
+    }
+
+    fn needs_polling(&self) -> bool {
+        self.groups.needs_polling()
     }
 
     fn kill_leftovers(&mut self, pgid: i32) -> usize {
-        if !group_alive(pgid) {
-            return 0;
-        }
-        let count = procfs::group_members(pgid);
-        killpg(pgid, libc::SIGKILL);
-        count
+        self.groups.kill_leftovers(pgid)
     }
 
     fn forget_group(&mut self, pgid: i32) {
         if let Err(error) = self.setup.undertaker.forget(pgid) {
             tracing::debug!("cannot tell the undertaker to forget {pgid}: {error}");
         }
+        self.groups.forget(pgid);
+    }
+
+    fn settle_groups(&mut self) {
+        self.groups.settle();
     }
 
     fn exec_known(&mut self, pid: i32, error: Option<StartError>) -> Option<Reaped> {
@@ -348,23 +428,4 @@ impl Effects for System {
     fn forget_output(&mut self, app: &str, slot: Option<u32>) {
         self.setup.logs.forget(app, slot);
     }
-}
-
-/// Send `signal` to process group `pgid` (ESRCH — already empty — is fine).
-fn killpg(pgid: i32, signal: i32) {
-    if pgid > 1 {
-        // SAFETY: signalling a process group we created; pgid > 1 so never "all".
-        unsafe {
-            libc::kill(-pgid, signal);
-        }
-    }
-}
-
-/// Does process group `pgid` still have a member (`kill(-pgid, 0)` ≠ ESRCH)?
-/// EPERM means it exists but belongs to another user.
-fn group_alive(pgid: i32) -> bool {
-    // SAFETY: signal 0 only checks for existence.
-    pgid > 1
-        && (unsafe { libc::kill(-pgid, 0) } == 0
-            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
 }

@@ -96,13 +96,26 @@ pub fn probe(instances: u32) -> Readiness {
 }
 
 impl World {
-    /// A world running `apps`, started.
+    /// A world running `apps`, started; emptied groups are polled (process
+    /// groups, the environment mode).
     pub fn new(apps: Vec<AppSpec>) -> World {
+        World::with_effects(apps, FakeEffects::new(Instant::now()))
+    }
+
+    /// A world running `apps` whose emptied groups are announced, as
+    /// `cgroup.events` does in cgroup mode.
+    pub fn with_cgroups(apps: Vec<AppSpec>) -> World {
+        World::with_effects(
+            apps,
+            FakeEffects::new(Instant::now()).announcing_empty_groups(),
+        )
+    }
+
+    fn with_effects(apps: Vec<AppSpec>, fake: FakeEffects) -> World {
         let desired = Desired {
             source: "/sim/ecosystem.yaml".into(),
             apps: apps.clone(),
         };
-        let fake = FakeEffects::new(Instant::now());
         let mut supervisor = Supervisor::new(&desired, "ecosystem.yaml", UID, fake);
         supervisor.start();
         let mut world = World {
@@ -134,7 +147,8 @@ impl World {
     }
 
     /// Hand the supervisor what the fake world has for it now: exec
-    /// statuses that are due, SIGCHLD for exited children.
+    /// statuses that are due, SIGCHLD for exited children, emptied groups
+    /// (when they are announced).
     pub fn deliver(&mut self) {
         for _ in 0..MAX_TICKS {
             let reports = self.fake().due_exec_reports();
@@ -146,17 +160,21 @@ impl World {
                 );
                 continue;
             }
+            let mut reaped = false;
             if self.supervisor.effects().sigchld_pending() {
                 let before = self.zombies();
                 self.supervisor.handle(Event::ChildExited);
-                if self.zombies() == before {
-                    // Zombies the supervisor cannot reap yet (their exec status
-                    // is still to come): nothing more now.
-                    return;
-                }
+                // Zombies the supervisor cannot reap yet wait for their exec
+                // status, which is still to come.
+                reaped = self.zombies() != before;
+            }
+            if self.fake().take_emptied_groups() {
+                self.supervisor.handle(Event::GroupsChanged);
                 continue;
             }
-            return;
+            if !reaped {
+                return;
+            }
         }
         panic!("deliver: the world does not calm down");
     }

@@ -28,11 +28,18 @@ impl<E: Effects> Supervisor<E> {
     /// A stop whose leader is reaped completes when its group is empty.
     pub(super) fn check_draining(&mut self, now: Instant) {
         let draining: Vec<i32> = self.core.draining_groups().collect();
-        for pgid in draining {
-            if !self.effects.group_alive(pgid) {
-                self.core.input(Input::GroupEmpty { pgid }, now);
-            }
+        if draining.is_empty() {
+            return;
         }
+        for pgid in self.effects.empty_groups(&draining) {
+            self.core.input(Input::GroupEmpty { pgid }, now);
+        }
+    }
+
+    /// An instance's processes changed (a cgroup emptied).
+    pub(super) fn groups_changed(&mut self, now: Instant) {
+        self.effects.settle_groups();
+        self.check_draining(now);
     }
 
     /// Deadlines may be due; draining groups are looked at again when their

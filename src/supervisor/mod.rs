@@ -60,6 +60,8 @@ pub enum Event {
     ProbeSucceeded { pid: i32 },
     /// A datagram on the notify socket.
     Notified(Notification),
+    /// The processes of some instance changed (a cgroup emptied).
+    GroupsChanged,
     /// The time [`Supervisor::next_wake`] asked for came.
     Timer,
 }
@@ -162,6 +164,7 @@ impl<E: Effects> Supervisor<E> {
             Event::ExecStatus { pid, status } => self.exec_status(pid, status, now),
             Event::ProbeSucceeded { pid } => self.probe_succeeded(pid, now),
             Event::Notified(notification) => self.notified(notification, now),
+            Event::GroupsChanged => self.groups_changed(now),
             Event::Timer => self.timer(now),
         }
     }
@@ -178,10 +181,9 @@ impl<E: Effects> Supervisor<E> {
             self.core.converge(now);
             let actions = self.core.take_actions();
             if actions.is_empty() && !self.core.unsettled() {
-                self.poll_at = match self.core.draining_groups().next() {
-                    Some(_) => Some(self.poll_at.unwrap_or(now + GROUP_POLL_INTERVAL)),
-                    None => None,
-                };
+                let draining = self.core.draining_groups().next().is_some();
+                self.poll_at = (draining && self.effects.needs_polling())
+                    .then(|| self.poll_at.unwrap_or(now + GROUP_POLL_INTERVAL));
                 return;
             }
             self.execute(actions, now);

@@ -7,6 +7,7 @@
 //! is taken in batches of at most [`BATCH`] before the core converges once,
 //! so a burst costs one reconcile per app, not one per message.
 
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -19,11 +20,11 @@ use super::{Event, Supervisor};
 use crate::control::{Command, error_reply};
 use crate::effects::control::{self as control_socket, CONTROL_QUEUE, LogHub};
 use crate::effects::notify::NotifySocket;
-use crate::effects::procfs;
 use crate::effects::runtime::Claim;
 use crate::effects::sockets::SocketRegistry;
 use crate::effects::system::{Reports, Setup, System};
 use crate::effects::watch::FileWatcher;
+use crate::effects::{cgroup, procfs};
 use crate::spec::Desired;
 
 /// New versions of the file waiting for the loop (the loader waits when full).
@@ -69,9 +70,12 @@ pub async fn run(launch: Launch) -> std::io::Result<()> {
     let rereader = watcher.spawn(initial_hash, loaded)?;
     let (probes_sender, mut probes) = mpsc::channel(EVENT_QUEUE);
     let (exec_sender, mut exec_reports) = mpsc::channel(EVENT_QUEUE);
+    // One pending "an instance's processes changed" is enough: they coalesce.
+    let (groups_sender, mut group_changes) = mpsc::channel(1);
     let reports = Reports {
         probes: probes_sender,
         exec: exec_sender,
+        groups: groups_sender,
     };
     let mut system = System::new(setup, sockets, reports);
 
@@ -148,11 +152,14 @@ pub async fn run(launch: Launch) -> std::io::Result<()> {
             }
             Some(request) = control_requests.recv() => {
                 if request.command == Command::Status {
-                    // The state now, from the core; each process group's CPU
-                    // and memory from a pass over /proc, off this thread.
+                    // The state now, from the core; each instance's CPU and
+                    // memory from its cgroup or a pass over /proc, off this
+                    // thread.
                     let mut status = supervisor.status();
+                    status.tracking = Some(supervisor.effects().tracking().describe());
+                    let cgroups = supervisor.effects().cgroups();
                     tokio::task::spawn_blocking(move || {
-                        status.add_usage(&procfs::group_usage(), procfs::ticks_per_second());
+                        status.add_usage(&usage(&cgroups), procfs::ticks_per_second());
                         let line = serde_json::to_string(&status)
                             .unwrap_or_else(|e| error_reply(&format!("cannot encode the status: {e}")).to_string());
                         let _ = request.reply.try_send(line);
@@ -163,15 +170,18 @@ pub async fn run(launch: Launch) -> std::io::Result<()> {
                     let _ = request.reply.try_send(reply.to_string());
                 }
             }
+            Some(()) = group_changes.recv() => supervisor.handle(Event::GroupsChanged),
             _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {
                 supervisor.handle(Event::Timer);
             }
         }
     }
+    let mut system = supervisor.into_effects();
+    system.kill_adopted();
     info!(event = "exiting", "all processes stopped; exiting");
     let _ = std::fs::remove_file(&control_path);
     drop(claim);
-    let (helpers, sink) = supervisor.into_effects().finish();
+    let (helpers, sink, tracking) = system.finish();
     let deadline = Instant::now() + HELPER_EXIT_WAIT;
     for helper in helpers {
         while Instant::now() < deadline {
@@ -184,6 +194,23 @@ pub async fn run(launch: Launch) -> std::io::Result<()> {
             std::thread::sleep(Duration::from_millis(5));
         }
     }
+    tracking.teardown();
     sink.flush(Duration::from_secs(1));
     Ok(())
+}
+
+/// Each instance's memory and CPU time: from its cgroup where it has one
+/// (every process it started, escaped or not), else from its process group.
+fn usage(cgroups: &[(i32, std::path::PathBuf)]) -> HashMap<i32, procfs::GroupUsage> {
+    let mut usage = procfs::group_usage();
+    let ticks = procfs::ticks_per_second();
+    for (pgid, cgroup) in cgroups {
+        let (cpu_usec, memory) = cgroup::usage(cgroup);
+        let entry = usage.entry(*pgid).or_default();
+        entry.cpu_ticks = cpu_usec * ticks / 1_000_000;
+        if let Some(memory) = memory {
+            entry.rss_bytes = memory;
+        }
+    }
+    usage
 }

@@ -49,6 +49,7 @@ impl BrokenFields {
 const RESERVED_ALWAYS: &[&str] = &[
     "SUPERVISE_APP",
     "SUPERVISE_INSTANCE",
+    "SUPERVISE_RUN",
     "NODE_APP_INSTANCE",
     "LISTEN_FDS",
     "LISTEN_PID",

@@ -41,6 +41,9 @@ pub(super) struct ChildPlan<'a> {
     pub listen_pid: *mut u8,
     pub nofile_soft: libc::rlim_t,
     pub parent: libc::pid_t,
+    /// `PR_SET_PDEATHSIG`: die with the parent (every process but the
+    /// undertaker, whose job is to outlive it).
+    pub die_with_parent: bool,
 }
 
 impl ChildPlan<'_> {
@@ -76,13 +79,15 @@ impl ChildPlan<'_> {
             }
             // After any uid change (which clears it). If the supervisor died
             // before this line, we were already reparented: give up.
-            libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            );
+            if self.die_with_parent {
+                libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                );
+            }
             if libc::getppid() != self.parent {
                 libc::_exit(1);
             }

@@ -22,6 +22,7 @@ pub struct Prepared {
     groups: Vec<libc::gid_t>,
     identity: Option<(libc::uid_t, libc::gid_t)>,
     nofile_soft: libc::rlim_t,
+    die_with_parent: bool,
 }
 
 impl Prepared {
@@ -63,6 +64,7 @@ impl Prepared {
             groups,
             identity,
             nofile_soft: launch.nofile_soft,
+            die_with_parent: launch.die_with_parent,
         })
     }
 }
@@ -84,9 +86,30 @@ pub enum Parent {
     Us,
     /// Our parent's (`CLONE_PARENT`): the spawner forks workers this way, so
     /// that the supervisor is their parent — it reaps them, and their
-    /// `PR_SET_PDEATHSIG` follows it.
-    Ours,
+    /// `PR_SET_PDEATHSIG` follows it. With a cgroup directory fd, the child
+    /// is born in that cgroup (`CLONE_INTO_CGROUP`).
+    Ours { cgroup: Option<RawFd> },
 }
+
+/// `struct clone_args` of clone3(2), up to `cgroup` (CLONE_ARGS_SIZE_VER2).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+/// clone3's flag to start the child in the cgroup `clone_args.cgroup` names.
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
 /// Fork and exec `prepared`. The child checks that its parent is still
 /// `parent` after arming `PR_SET_PDEATHSIG`.
@@ -115,6 +138,7 @@ pub fn fork_exec(
         listen_pid: listen_pid_ptr,
         nofile_soft: prepared.nofile_soft,
         parent,
+        die_with_parent: prepared.die_with_parent,
     };
 
     // SAFETY: sigset_t is plain data; sigfillset initialises it.
@@ -132,7 +156,7 @@ pub fn fork_exec(
         // SAFETY: a raw clone without a new stack is fork: the child goes on
         // on a copy of this stack. Only the spawner, a single-threaded
         // process, calls this; the child does what it does after a fork.
-        Parent::Ours => unsafe {
+        Parent::Ours { cgroup: None } => unsafe {
             libc::syscall(
                 libc::SYS_clone,
                 (libc::CLONE_PARENT | libc::SIGCHLD) as libc::c_ulong,
@@ -140,6 +164,23 @@ pub fn fork_exec(
                 0usize,
                 0usize,
                 0usize,
+            ) as libc::pid_t
+        },
+        // SAFETY: as above, with clone3 (no stack: the child goes on on a
+        // copy of this one); the kernel places the child in the cgroup.
+        Parent::Ours { cgroup: Some(fd) } => unsafe {
+            // With CLONE_PARENT the exit signal must be 0: the child takes
+            // ours (SIGCHLD), as a sibling would.
+            let args = CloneArgs {
+                flags: libc::CLONE_PARENT as u64 | CLONE_INTO_CGROUP,
+                exit_signal: 0,
+                cgroup: fd as u64,
+                ..CloneArgs::default()
+            };
+            libc::syscall(
+                libc::SYS_clone3,
+                &args as *const CloneArgs,
+                std::mem::size_of::<CloneArgs>(),
             ) as libc::pid_t
         },
     };

@@ -34,7 +34,7 @@ use crate::core::worker::{StartError, StartStage};
 use crate::spec::{Identity, ListenAddress, ProcessDefinition, Readiness};
 pub use child::MAX_LISTEN_FDS;
 use child::STATUS_BYTES;
-pub use spawner::{SPAWNER_ARG, Spawner, serve as serve_spawner};
+pub use spawner::{SPAWNER_ARG, Spawner, serve as serve_spawner, start_helper};
 
 /// What the worker gets besides its definition.
 #[derive(Debug)]
@@ -54,6 +54,8 @@ pub struct SpawnRequest<'a> {
     pub base_env: &'a [(OsString, OsString)],
     /// The RLIMIT_NOFILE soft limit the supervisor started with.
     pub nofile_soft: libc::rlim_t,
+    /// `SUPERVISE_RUN` (without cgroups: how its descendants are found).
+    pub run_token: Option<&'a str>,
 }
 
 /// A started process and the read ends of its pipes.
@@ -138,6 +140,9 @@ pub fn worker_env(request: &SpawnRequest) -> IndexMap<OsString, OsString> {
     if let (Readiness::Notify, Some(socket)) = (request.readiness, request.notify_socket) {
         env.insert("NOTIFY_SOCKET".into(), socket.into());
     }
+    if let Some(token) = request.run_token {
+        env.insert("SUPERVISE_RUN".into(), token.into());
+    }
     if let Some(identity) = &request.process.identity {
         env.insert("HOME".into(), identity.home.clone().into_os_string());
         env.insert("USER".into(), identity.user.clone().into());
@@ -183,6 +188,8 @@ pub struct Launch {
     pub identity: Option<(u32, u32, Vec<u32>)>,
     /// The RLIMIT_NOFILE soft limit the worker gets back.
     pub nofile_soft: u64,
+    /// `PR_SET_PDEATHSIG`: die with the supervisor (all but the undertaker).
+    pub die_with_parent: bool,
 }
 
 impl Launch {
@@ -236,13 +243,19 @@ impl Launch {
                  }| (*uid, *gid, groups.clone()),
             ),
             nofile_soft: request.nofile_soft,
+            die_with_parent: true,
         })
     }
 }
 
-/// Start one worker through `spawner`. On `Ok` the process exists (exec may
-/// still fail: see [`Spawned::exec_status`]); on `Err` no process was created.
-pub fn spawn(request: &SpawnRequest, spawner: &mut Spawner) -> Result<Spawned, SpawnError> {
+/// Start one worker through `spawner`, in the cgroup whose directory is
+/// `cgroup` when there is one. On `Ok` the process exists (exec may still
+/// fail: see [`Spawned::exec_status`]); on `Err` no process was created.
+pub fn spawn(
+    request: &SpawnRequest,
+    spawner: &mut Spawner,
+    cgroup: Option<RawFd>,
+) -> Result<Spawned, SpawnError> {
     let launch = Launch::from_request(request)?;
     let (stdout_read, stdout_write) = pipe()?;
     let (stderr_read, stderr_write) = pipe()?;
@@ -253,8 +266,9 @@ pub fn spawn(request: &SpawnRequest, spawner: &mut Spawner) -> Result<Spawned, S
         stderr_write.as_raw_fd(),
         status_write.as_raw_fd(),
     ];
+    fds.extend(cgroup);
     fds.extend_from_slice(request.listen_fds);
-    let pid = spawner.spawn(&launch, &fds)?;
+    let pid = spawner.spawn(&launch, &fds, cgroup.is_some())?;
     // The worker leads its own group; doing it here as well means a killpg
     // sent right after this returns cannot miss the group. EACCES (it
     // already exec'd) and ESRCH (already gone) are fine.
@@ -336,6 +350,7 @@ mod tests {
             notify_socket: Some(OsStr::new("@supervise-notify")),
             base_env: &base,
             nofile_soft: 1024,
+            run_token: Some("abc.1"),
         };
         let env = worker_env(&request);
         let get = |k: &str| {
@@ -352,6 +367,7 @@ mod tests {
         assert_eq!(get("LISTEN_FDNAMES").as_deref(), Some("http"));
         assert_eq!(get("PORT").as_deref(), Some("4321"));
         assert_eq!(get("NOTIFY_SOCKET").as_deref(), Some("@supervise-notify"));
+        assert_eq!(get("SUPERVISE_RUN").as_deref(), Some("abc.1"));
         assert_eq!(
             get("LISTEN_PID"),
             None,

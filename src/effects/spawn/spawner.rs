@@ -42,8 +42,8 @@ pub const SPAWNER_ARG: &str = "__spawner";
 /// The fds a request carries besides the listening sockets: stdin, stdout,
 /// stderr, the status pipe.
 const STDIO_FDS: usize = 4;
-/// The most fds one request carries.
-const MAX_FDS: usize = STDIO_FDS + super::MAX_LISTEN_FDS;
+/// The most fds one request carries (with a cgroup directory).
+const MAX_FDS: usize = STDIO_FDS + 1 + super::MAX_LISTEN_FDS;
 /// A reply: the pid (or -1), the stage code, the errno.
 const REPLY_BYTES: usize = 12;
 
@@ -105,22 +105,9 @@ impl Spawner {
             listen_pid: false,
             identity: None,
             nofile_soft: libc::RLIM_INFINITY,
+            die_with_parent: true,
         };
-        let mut prepared = Prepared::new(&launch).map_err(io::Error::other)?;
-        let (status_read, status_write) = pipe().map_err(io::Error::other)?;
-        let fds = ChildFds {
-            stdin: devnull.as_raw_fd(),
-            stdout: devnull.as_raw_fd(),
-            // Its own errors (a panic) go where ours go.
-            stderr: libc::STDERR_FILENO,
-            status: status_write.as_raw_fd(),
-            listen: &[theirs.as_raw_fd()],
-        };
-        // SAFETY: getpid has no preconditions.
-        let pid = fork_exec(&mut prepared, &fds, unsafe { libc::getpid() }, Parent::Us)
-            .map_err(io::Error::other)?;
-        drop((status_write, theirs));
-        wait_for_exec(&status_read, START_TIMEOUT)?;
+        let pid = start_helper(&launch, theirs)?;
         Ok(Spawner {
             socket: ours,
             pid,
@@ -138,21 +125,29 @@ impl Spawner {
         self.devnull.as_raw_fd()
     }
 
-    /// Start a worker: `fds` are stdin, stdout, stderr, the status pipe, then
-    /// the listening sockets. A spawner that does not answer is replaced and
-    /// asked once more.
-    pub fn spawn(&mut self, launch: &Launch, fds: &[RawFd]) -> Result<i32, SpawnError> {
-        let request =
-            wire::encode(launch, fds.len().saturating_sub(STDIO_FDS)).ok_or_else(|| {
-                spawn_error(
-                    StartStage::Prepare,
-                    libc::E2BIG,
-                    &format!(
-                        "the arguments and environment are more than {} bytes",
-                        wire::MAX_REQUEST_BYTES
-                    ),
-                )
-            })?;
+    /// Start a worker: `fds` are stdin, stdout, stderr, the status pipe, the
+    /// directory of its cgroup when `cgroup`, then the listening sockets. A
+    /// spawner that does not answer is replaced and asked once more.
+    pub fn spawn(
+        &mut self,
+        launch: &Launch,
+        fds: &[RawFd],
+        cgroup: bool,
+    ) -> Result<i32, SpawnError> {
+        let extras = wire::Extras {
+            listen: fds.len().saturating_sub(STDIO_FDS + usize::from(cgroup)),
+            cgroup,
+        };
+        let request = wire::encode(launch, extras).ok_or_else(|| {
+            spawn_error(
+                StartStage::Prepare,
+                libc::E2BIG,
+                &format!(
+                    "the arguments and environment are more than {} bytes",
+                    wire::MAX_REQUEST_BYTES
+                ),
+            )
+        })?;
         match self.ask(&request, fds) {
             Ok(answer) => answer,
             Err(error) => {
@@ -173,22 +168,38 @@ impl Spawner {
     /// One request and its reply; `Err` when the spawner is broken.
     fn ask(&self, request: &[u8], fds: &[RawFd]) -> io::Result<Result<i32, SpawnError>> {
         let rights = [ControlMessage::ScmRights(fds)];
-        sendmsg::<()>(
-            self.socket.as_raw_fd(),
-            &[IoSlice::new(request)],
-            &rights,
-            MsgFlags::MSG_NOSIGNAL,
-            None,
-        )?;
-        let mut reply = [0u8; REPLY_BYTES];
-        // SAFETY: reading into a stack buffer of the stated size from our socket.
-        let n = unsafe {
-            libc::recv(
+        // A signal (SIGCHLD, most often) interrupts a call with a timeout
+        // even under SA_RESTART: try again, never take it for a broken spawner.
+        loop {
+            match sendmsg::<()>(
                 self.socket.as_raw_fd(),
-                reply.as_mut_ptr().cast(),
-                reply.len(),
-                0,
-            )
+                &[IoSlice::new(request)],
+                &rights,
+                MsgFlags::MSG_NOSIGNAL,
+                None,
+            ) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                sent => {
+                    sent?;
+                    break;
+                }
+            }
+        }
+        let mut reply = [0u8; REPLY_BYTES];
+        let n = loop {
+            // SAFETY: reading into a stack buffer of the stated size from our socket.
+            let n = unsafe {
+                libc::recv(
+                    self.socket.as_raw_fd(),
+                    reply.as_mut_ptr().cast(),
+                    reply.len(),
+                    0,
+                )
+            };
+            if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            break n;
         };
         if n != REPLY_BYTES as isize {
             let error = if n < 0 {
@@ -214,6 +225,32 @@ impl Spawner {
     }
 }
 
+/// Start one of our helper processes (the spawner, the undertaker): a fork
+/// and exec of `launch`, with `fd` as its fd 3, stdin and stdout on /dev/null
+/// and our stderr; returns once it runs (its exec succeeded).
+pub fn start_helper(launch: &Launch, fd: OwnedFd) -> io::Result<i32> {
+    let devnull = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")?;
+    let mut prepared = Prepared::new(launch).map_err(io::Error::other)?;
+    let (status_read, status_write) = pipe().map_err(io::Error::other)?;
+    let fds = ChildFds {
+        stdin: devnull.as_raw_fd(),
+        stdout: devnull.as_raw_fd(),
+        // Its own errors (a panic) go where ours go.
+        stderr: libc::STDERR_FILENO,
+        status: status_write.as_raw_fd(),
+        listen: &[fd.as_raw_fd()],
+    };
+    // SAFETY: getpid has no preconditions.
+    let pid = fork_exec(&mut prepared, &fds, unsafe { libc::getpid() }, Parent::Us)
+        .map_err(io::Error::other)?;
+    drop((status_write, fd));
+    wait_for_exec(&status_read, START_TIMEOUT)?;
+    Ok(pid)
+}
+
 /// Wait (bounded) for a child's exec status: EOF is success.
 fn wait_for_exec(status: &OwnedFd, timeout: Duration) -> io::Result<()> {
     let mut poll = libc::pollfd {
@@ -221,8 +258,16 @@ fn wait_for_exec(status: &OwnedFd, timeout: Duration) -> io::Result<()> {
         events: libc::POLLIN,
         revents: 0,
     };
-    // SAFETY: one valid pollfd.
-    let ready = unsafe { libc::poll(&mut poll, 1, timeout.as_millis() as libc::c_int) };
+    let deadline = std::time::Instant::now() + timeout;
+    let ready = loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        // SAFETY: one valid pollfd.
+        let ready = unsafe { libc::poll(&mut poll, 1, left.as_millis() as libc::c_int) };
+        if ready < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        break ready;
+    };
     if ready <= 0 {
         return Err(io::Error::new(
             io::ErrorKind::TimedOut,
@@ -230,9 +275,7 @@ fn wait_for_exec(status: &OwnedFd, timeout: Duration) -> io::Result<()> {
         ));
     }
     match super::read_status(status) {
-        super::ExecStatus::Failed(error) => Err(io::Error::other(format!(
-            "cannot start the spawner: {error}"
-        ))),
+        super::ExecStatus::Failed(error) => Err(io::Error::other(format!("{error}"))),
         _ => Ok(()),
     }
 }
@@ -300,8 +343,9 @@ pub fn serve(socket: OwnedFd) {
 /// Decode one request and fork its worker as a child of the supervisor.
 fn start(request: &[u8], fds: &[OwnedFd], supervisor: libc::pid_t) -> Result<i32, SpawnError> {
     let malformed = || spawn_error(StartStage::Prepare, libc::EINVAL, "a malformed request");
-    let (launch, listen) = wire::decode(request).ok_or_else(malformed)?;
-    if fds.len() != STDIO_FDS + listen {
+    let (launch, extras) = wire::decode(request).ok_or_else(malformed)?;
+    let cgroup = usize::from(extras.cgroup);
+    if fds.len() != STDIO_FDS + cgroup + extras.listen {
         return Err(malformed());
     }
     let raw: Vec<RawFd> = fds.iter().map(AsRawFd::as_raw_fd).collect();
@@ -311,7 +355,10 @@ fn start(request: &[u8], fds: &[OwnedFd], supervisor: libc::pid_t) -> Result<i32
         stdout: raw[1],
         stderr: raw[2],
         status: raw[3],
-        listen: &raw[STDIO_FDS..],
+        listen: &raw[STDIO_FDS + cgroup..],
     };
-    fork_exec(&mut prepared, &child, supervisor, Parent::Ours)
+    let parent = Parent::Ours {
+        cgroup: extras.cgroup.then(|| raw[STDIO_FDS]),
+    };
+    fork_exec(&mut prepared, &child, supervisor, parent)
 }

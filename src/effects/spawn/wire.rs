@@ -32,8 +32,16 @@ impl Writer {
     }
 }
 
-/// Encode `launch` for a worker with `listen` sockets; `None` when too large.
-pub fn encode(launch: &Launch, listen: usize) -> Option<Vec<u8>> {
+/// What comes with a request besides the launch: how many listening
+/// sockets, and whether a cgroup directory fd is among the fds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extras {
+    pub listen: usize,
+    pub cgroup: bool,
+}
+
+/// Encode `launch`; `None` when too large.
+pub fn encode(launch: &Launch, extras: Extras) -> Option<Vec<u8>> {
     let mut out = Writer(Vec::with_capacity(1024));
     out.u32(VERSION);
     out.bytes(&launch.program);
@@ -54,7 +62,9 @@ pub fn encode(launch: &Launch, listen: usize) -> Option<Vec<u8>> {
         None => out.u32(0),
     }
     out.u64(launch.nofile_soft);
-    out.u32(listen as u32);
+    out.u32(u32::from(launch.die_with_parent));
+    out.u32(extras.listen as u32);
+    out.u32(u32::from(extras.cgroup));
     (out.0.len() <= MAX_REQUEST_BYTES).then_some(out.0)
 }
 
@@ -89,8 +99,8 @@ impl Reader<'_> {
     }
 }
 
-/// Decode a request: the launch and how many listening sockets come with it.
-pub fn decode(bytes: &[u8]) -> Option<(Launch, usize)> {
+/// Decode a request: the launch and what comes with it.
+pub fn decode(bytes: &[u8]) -> Option<(Launch, Extras)> {
     let mut input = Reader(bytes);
     if input.u32()? != VERSION {
         return None;
@@ -116,7 +126,9 @@ pub fn decode(bytes: &[u8]) -> Option<(Launch, usize)> {
         }
     };
     let nofile_soft = input.u64()?;
+    let die_with_parent = input.u32()? != 0;
     let listen = input.u32()? as usize;
+    let cgroup = input.u32()? != 0;
     input.0.is_empty().then_some((
         Launch {
             program,
@@ -126,8 +138,9 @@ pub fn decode(bytes: &[u8]) -> Option<(Launch, usize)> {
             listen_pid,
             identity,
             nofile_soft,
+            die_with_parent,
         },
-        listen,
+        Extras { listen, cgroup },
     ))
 }
 
@@ -144,21 +157,31 @@ mod tests {
             listen_pid: true,
             identity: Some((33, 33, vec![33, 27])),
             nofile_soft: 1024,
+            die_with_parent: true,
         }
     }
 
+    const TWO: Extras = Extras {
+        listen: 2,
+        cgroup: true,
+    };
+    const NONE: Extras = Extras {
+        listen: 0,
+        cgroup: false,
+    };
+
     #[test]
     fn round_trips() {
-        let bytes = encode(&launch(), 2).unwrap();
-        assert_eq!(decode(&bytes), Some((launch(), 2)));
+        let bytes = encode(&launch(), TWO).unwrap();
+        assert_eq!(decode(&bytes), Some((launch(), TWO)));
         let mut plain = launch();
         plain.identity = None;
-        assert_eq!(decode(&encode(&plain, 0).unwrap()), Some((plain, 0)));
+        assert_eq!(decode(&encode(&plain, NONE).unwrap()), Some((plain, NONE)));
     }
 
     #[test]
     fn every_truncation_and_garbage_is_refused_without_a_panic() {
-        let bytes = encode(&launch(), 1).unwrap();
+        let bytes = encode(&launch(), TWO).unwrap();
         for end in 0..bytes.len() {
             assert_eq!(decode(&bytes[..end]), None, "truncated at {end}");
         }
@@ -172,6 +195,6 @@ mod tests {
     fn too_large_a_request_is_not_encoded() {
         let mut big = launch();
         big.env = vec![vec![b'x'; MAX_REQUEST_BYTES]];
-        assert_eq!(encode(&big, 0), None);
+        assert_eq!(encode(&big, NONE), None);
     }
 }

@@ -1,0 +1,368 @@
+//! Every process of every instance, in the mode [`Tracking`] chose: where a
+//! new process goes (its cgroup, or its `SUPERVISE_RUN` token), who its
+//! escaped descendants are, and when all of them are gone.
+//!
+//! An instance's processes are named by its leader's pid, which is also its
+//! process group (the core's name for it). The stop signal goes to the
+//! group, and to every process of the instance outside the group (escaped:
+//! `setsid`, a double fork); the instance is gone when the group and every
+//! escaped process are; SIGKILL takes them all (`cgroup.kill`).
+//!
+//! With cgroups, a change of a cgroup's `populated` is an inotify event on
+//! its `cgroup.events`, which wakes the loop: nothing is polled. With tokens,
+//! the processes carrying them are found by one pass over /proc, shared by
+//! every question asked within [`CARRIER_SCAN_TTL`], and the loop polls.
+
+use std::collections::{HashMap, HashSet};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
+use nix::sys::signal::Signal;
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+use super::cgroup;
+use super::procfs;
+use super::tracking::Tracking;
+
+/// How long one pass over /proc for the token carriers answers questions.
+pub const CARRIER_SCAN_TTL: Duration = Duration::from_millis(20);
+
+/// Where a process about to be started goes.
+#[derive(Debug)]
+pub struct Placement {
+    /// Its cgroup, and the directory's fd (for `CLONE_INTO_CGROUP`).
+    pub cgroup: Option<(PathBuf, OwnedFd)>,
+    /// Its `SUPERVISE_RUN`.
+    pub token: Option<String>,
+}
+
+/// An instance's processes.
+#[derive(Debug)]
+struct Group {
+    cgroup: Option<PathBuf>,
+    watch: Option<WatchDescriptor>,
+    token: Option<String>,
+}
+
+/// The inotify instance that watches `cgroup.events` files.
+struct Watcher {
+    inotify: Arc<Inotify>,
+}
+
+/// `AsRawFd` for the inotify fd shared with the reader task.
+struct Shared(Arc<Inotify>);
+
+impl AsRawFd for Shared {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_fd().as_raw_fd()
+    }
+}
+
+pub struct Groups {
+    tracking: Tracking,
+    groups: HashMap<i32, Group>,
+    /// Counts the processes started (names cgroups, numbers tokens).
+    spawns: u64,
+    watcher: Option<Watcher>,
+    /// Cgroups of forgotten groups still emptying: removed once empty.
+    dying: Vec<(PathBuf, Option<WatchDescriptor>)>,
+    /// Token → the processes carrying it…
+    carriers: HashMap<String, Vec<i32>>,
+    /// …as read at this moment.
+    carriers_read: Option<Instant>,
+    /// Adopted processes killed at shutdown, to reap.
+    reap_wait: usize,
+}
+
+impl Groups {
+    /// Track in `tracking`'s mode; with cgroups, changes are reported on
+    /// `changed` (one pending is enough: they coalesce).
+    pub fn new(tracking: Tracking, changed: mpsc::Sender<()>) -> Groups {
+        let watcher = match &tracking {
+            Tracking::Cgroups(_) => match start_watcher(changed) {
+                Ok(watcher) => Some(watcher),
+                Err(error) => {
+                    warn!("cannot watch cgroups ({error}); checking them every 50 ms instead");
+                    None
+                }
+            },
+            Tracking::Environment { .. } => None,
+        };
+        Groups {
+            tracking,
+            groups: HashMap::new(),
+            spawns: 0,
+            watcher,
+            dying: Vec::new(),
+            carriers: HashMap::new(),
+            carriers_read: None,
+            reap_wait: 0,
+        }
+    }
+
+    pub fn tracking(&self) -> &Tracking {
+        &self.tracking
+    }
+
+    /// Whether the loop must poll for emptied groups (nothing tells it).
+    pub fn needs_polling(&self) -> bool {
+        self.watcher.is_none()
+    }
+
+    /// Where the next process of `app.slot` goes.
+    pub fn place(&mut self, app: &str, slot: u32) -> std::io::Result<Placement> {
+        self.spawns += 1;
+        match &self.tracking {
+            Tracking::Cgroups(run) => {
+                let path = run.instances.join(format!("{app}.{slot}-{}", self.spawns));
+                std::fs::create_dir(&path)?;
+                let dir = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+                    .open(&path)
+                    .inspect_err(|_| {
+                        let _ = std::fs::remove_dir(&path);
+                    })?;
+                Ok(Placement {
+                    cgroup: Some((path, OwnedFd::from(dir))),
+                    token: None,
+                })
+            }
+            Tracking::Environment { token, .. } => Ok(Placement {
+                cgroup: None,
+                token: Some(format!("{token}.{}", self.spawns)),
+            }),
+        }
+    }
+
+    /// The process placed by `placement` started: its leader is `pgid`.
+    pub fn started(&mut self, pgid: i32, placement: Placement) {
+        let cgroup = placement.cgroup.map(|(path, _)| path);
+        let watch = match (&self.watcher, &cgroup) {
+            (Some(watcher), Some(path)) => watcher
+                .inotify
+                .add_watch(&path.join("cgroup.events"), AddWatchFlags::IN_MODIFY)
+                .inspect_err(|e| debug!("cannot watch {}: {e}", path.display()))
+                .ok(),
+            _ => None,
+        };
+        self.groups.insert(
+            pgid,
+            Group {
+                cgroup,
+                watch,
+                token: placement.token,
+            },
+        );
+    }
+
+    /// The process placed by `placement` did not start.
+    pub fn not_started(&mut self, placement: Placement) {
+        if let Some((path, _)) = placement.cgroup {
+            let _ = std::fs::remove_dir(path);
+        }
+    }
+
+    /// A process was reaped: what carries tokens may have changed.
+    pub fn reaped(&mut self) {
+        self.carriers_read = None;
+    }
+
+    /// The processes carrying each token (one pass over /proc, reused for
+    /// [`CARRIER_SCAN_TTL`]; none with cgroups).
+    fn carriers(&mut self) -> &HashMap<String, Vec<i32>> {
+        let fresh = self
+            .carriers_read
+            .is_some_and(|at| at.elapsed() < CARRIER_SCAN_TTL);
+        if !fresh && let Tracking::Environment { token, .. } = &self.tracking {
+            self.carriers = procfs::carriers(&format!("SUPERVISE_RUN={token}."));
+            self.carriers_read = Some(Instant::now());
+        }
+        &self.carriers
+    }
+
+    /// The instance's processes outside its process group.
+    fn escaped(&mut self, pgid: i32) -> Vec<i32> {
+        let Some(group) = self.groups.get(&pgid) else {
+            return Vec::new();
+        };
+        let members: Vec<i32> = match (&group.cgroup, group.token.clone()) {
+            (Some(cgroup), _) => cgroup::pids(cgroup),
+            (None, Some(token)) => self.carriers().get(&token).cloned().unwrap_or_default(),
+            (None, None) => Vec::new(),
+        };
+        members
+            .into_iter()
+            .filter(|pid| procfs::pgrp(*pid) != Some(pgid))
+            .collect()
+    }
+
+    /// Send `signal` to the instance `pgid`: its group, and what escaped it.
+    pub fn signal(&mut self, pgid: i32, signal: Signal) {
+        killpg(pgid, signal as i32);
+        if signal == Signal::SIGKILL
+            && let Some(cgroup) = self.groups.get(&pgid).and_then(|g| g.cgroup.as_ref())
+        {
+            let _ = cgroup::kill(cgroup);
+            return;
+        }
+        for pid in self.escaped(pgid) {
+            // SAFETY: signalling a process of one of our instances.
+            unsafe {
+                libc::kill(pid, signal as i32);
+            }
+        }
+    }
+
+    /// Which of `pgids` have no process left.
+    pub fn empty(&mut self, pgids: &[i32]) -> Vec<i32> {
+        pgids
+            .iter()
+            .copied()
+            .filter(|pgid| {
+                let group_alive = group_alive(*pgid);
+                let Some(group) = self.groups.get(pgid) else {
+                    return !group_alive;
+                };
+                match (&group.cgroup, group.token.clone()) {
+                    (Some(cgroup), _) => !cgroup::populated(cgroup) && !group_alive,
+                    (None, Some(token)) => {
+                        !group_alive && self.carriers().get(&token).is_none_or(Vec::is_empty)
+                    }
+                    (None, None) => !group_alive,
+                }
+            })
+            .collect()
+    }
+
+    /// The leader of `pgid` is gone: SIGKILL the rest of the instance; how
+    /// many processes there were.
+    pub fn kill_leftovers(&mut self, pgid: i32) -> usize {
+        let in_group = if group_alive(pgid) {
+            procfs::group_members(pgid)
+        } else {
+            0
+        };
+        let escaped = self.escaped(pgid).len();
+        if in_group + escaped > 0 {
+            self.signal(pgid, Signal::SIGKILL);
+        }
+        in_group + escaped
+    }
+
+    /// The instance is gone for good: remove its cgroup (once empty).
+    pub fn forget(&mut self, pgid: i32) {
+        let Some(group) = self.groups.remove(&pgid) else {
+            return;
+        };
+        if let Some(cgroup) = group.cgroup {
+            self.dying.push((cgroup, group.watch));
+            self.settle();
+        }
+    }
+
+    /// Remove the cgroups of forgotten instances that have emptied.
+    pub fn settle(&mut self) {
+        let watcher = &self.watcher;
+        self.dying.retain(|(cgroup, watch)| {
+            if cgroup::populated(cgroup) {
+                return true;
+            }
+            if let (Some(watcher), Some(watch)) = (watcher, watch) {
+                let _ = watcher.inotify.rm_watch(*watch);
+            }
+            let _ = std::fs::remove_dir(cgroup);
+            false
+        });
+    }
+
+    /// How many killed adopted processes are left to reap.
+    pub fn to_reap(&self) -> usize {
+        self.reap_wait
+    }
+
+    /// The instance cgroups, for `status` (CPU time from `cpu.stat`).
+    pub fn cgroups(&self) -> Vec<(i32, PathBuf)> {
+        self.groups
+            .iter()
+            .filter_map(|(pgid, g)| g.cgroup.clone().map(|c| (*pgid, c)))
+            .collect()
+    }
+
+    /// Shutdown: SIGKILL every process we were given as a subreaper that is
+    /// still there (and, without cgroups, every carrier of our token).
+    /// `known` are the children we started. How many were alive; how many to
+    /// reap is in [`Groups::to_reap`].
+    pub fn kill_adopted(&mut self, known: &HashSet<i32>) -> usize {
+        let mut victims: HashSet<i32> = super::tracking::adopted(known).into_iter().collect();
+        if let Tracking::Environment { .. } = self.tracking {
+            self.carriers_read = None;
+            victims.extend(self.carriers().values().flatten().copied());
+        }
+        let mut alive = 0;
+        for pid in &victims {
+            // A zombie only waits to be reaped; the rest get SIGKILL.
+            if procfs::state(*pid).is_some_and(|s| s != 'Z') {
+                alive += 1;
+            }
+            // SAFETY: signalling a process that descends from our workers.
+            unsafe {
+                libc::kill(*pid, libc::SIGKILL);
+            }
+        }
+        self.reap_wait = victims.len();
+        alive
+    }
+}
+
+fn start_watcher(changed: mpsc::Sender<()>) -> std::io::Result<Watcher> {
+    let inotify = Arc::new(Inotify::init(
+        InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC,
+    )?);
+    // SAFETY: the Arc keeps the inotify fd open and the same for as long as
+    // the AsyncFd holds it.
+    let fd =
+        unsafe { AsyncFd::register_with_interest(Shared(inotify.clone()), Interest::READABLE) }
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+    tokio::spawn(async move {
+        loop {
+            let Ok(mut guard) = fd.readable().await else {
+                return;
+            };
+            match fd.get_ref().0.read_events() {
+                Ok(_) => {
+                    let _ = changed.try_send(());
+                }
+                Err(nix::errno::Errno::EAGAIN) => guard.clear_ready(),
+                Err(_) => return,
+            }
+        }
+    });
+    Ok(Watcher { inotify })
+}
+
+/// Send `signal` to process group `pgid` (ESRCH — already empty — is fine).
+pub fn killpg(pgid: i32, signal: i32) {
+    if pgid > 1 {
+        // SAFETY: signalling a process group we created; pgid > 1 so never "all".
+        unsafe {
+            libc::kill(-pgid, signal);
+        }
+    }
+}
+
+/// Does process group `pgid` still have a member (`kill(-pgid, 0)` ≠ ESRCH)?
+/// EPERM means it exists but belongs to another user.
+pub fn group_alive(pgid: i32) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    pgid > 1
+        && (unsafe { libc::kill(-pgid, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+}

@@ -1,0 +1,226 @@
+//! How every process an instance starts is tracked, waited for and stopped
+//! — however it daemonizes — in one of two modes, chosen once at start:
+//!
+//! - **cgroups** (a writable cgroup v2 hierarchy: [`super::cgroup`]): each
+//!   process the supervisor starts is born in a cgroup of its own, which its
+//!   descendants cannot leave. Its stop signal reaches its process group and
+//!   every member of its cgroup outside it; the stop ends when the cgroup is
+//!   empty (watched with inotify); SIGKILL is `cgroup.kill`.
+//! - **the environment** (no usable cgroups): each process started carries
+//!   `SUPERVISE_RUN=<run token>.<spawn number>`, which its descendants
+//!   inherit. The processes carrying a spawn's token, found by a pass over
+//!   /proc, are that spawn's wherever they went (another process group or
+//!   session, adopted by the supervisor as a subreaper), and are signalled,
+//!   waited for and killed with it; at shutdown every adopted process is
+//!   killed too. What clears its environment is not found this way — the
+//!   README says so.
+//!
+//! `status` shows which mode is active, and why not cgroups when it is not.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use super::cgroup;
+use super::undertaker::Orders;
+
+/// The run's cgroup tree (see [`super::cgroup`]).
+#[derive(Debug, Clone)]
+pub struct CgroupRun {
+    /// The cgroup the supervisor was started in.
+    pub base: PathBuf,
+    /// `base/supervise.<key>.<pid>`: this run's tree (`supervisor/`, where
+    /// the supervisor itself is, and `instances/`).
+    pub root: PathBuf,
+    /// `root/instances`: one cgroup per process started, below.
+    pub instances: PathBuf,
+    /// Processes of a previous run of the same file that were found and killed.
+    pub leftovers: usize,
+}
+
+/// The mode, with what it needs.
+#[derive(Debug, Clone)]
+pub enum Tracking {
+    Cgroups(CgroupRun),
+    /// `SUPERVISE_RUN` tokens; `why` there are no cgroups.
+    Environment {
+        token: String,
+        why: String,
+    },
+}
+
+impl Tracking {
+    /// Cgroups when allowed and possible, else the environment. `key` names
+    /// the file's subtree (stable across edits of the file). Call while the
+    /// process is single-threaded: it moves the whole process.
+    pub fn choose(key: &str, cgroups: bool) -> Tracking {
+        let why = if cgroups {
+            match cgroup::detect().and_then(|base| CgroupRun::setup(&base, key)) {
+                Ok(run) => return Tracking::Cgroups(run),
+                Err(why) => why,
+            }
+        } else {
+            "turned off with --cgroups off".to_string()
+        };
+        Tracking::Environment {
+            token: random_token(),
+            why,
+        }
+    }
+
+    /// For the start log and `status`.
+    pub fn describe(&self) -> String {
+        match self {
+            Tracking::Cgroups(run) => format!("cgroup v2 ({})", run.root.display()),
+            Tracking::Environment { why, .. } => {
+                format!("process environment (SUPERVISE_RUN; no cgroup: {why})")
+            }
+        }
+    }
+
+    /// What the undertaker cleans up when the supervisor dies.
+    pub fn undertaker_orders(&self) -> Orders {
+        match self {
+            Tracking::Cgroups(run) => Orders::Cgroups {
+                root: run.root.clone(),
+                base: run.base.clone(),
+            },
+            Tracking::Environment { token, .. } => Orders::Token(token.clone()),
+        }
+    }
+
+    /// Everything has stopped: remove the cgroup tree (leaving it first).
+    pub fn teardown(&self) {
+        if let Tracking::Cgroups(run) = self {
+            cgroup::clear(&run.instances);
+            let _ = cgroup::enter(&run.base, std::process::id());
+            cgroup::remove_tree(&run.root);
+        }
+    }
+}
+
+impl CgroupRun {
+    /// Create `base/supervise.<key>.<pid>` after killing and removing what
+    /// previous runs of the same file left in theirs, and move ourselves into
+    /// its `supervisor/`. One tree per run, so that a previous run's
+    /// undertaker, still cleaning up its own, never touches ours.
+    fn setup(base: &Path, key: &str) -> Result<CgroupRun, String> {
+        let prefix = format!("supervise.{key}.");
+        let root = base.join(format!("{prefix}{}", std::process::id()));
+        let mut leftovers = 0;
+        for previous in std::fs::read_dir(base)
+            .map_err(|e| format!("cannot read {}: {e}", base.display()))?
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_str()
+                    .is_some_and(|n| n.starts_with(&prefix))
+            })
+            .map(|e| e.path())
+            .filter(|p| *p != root)
+        {
+            // Its helpers first (an undertaker still cleaning up), then its
+            // instances.
+            cgroup::clear(&previous.join("supervisor"));
+            leftovers += cgroup::clear(&previous.join("instances"));
+            cgroup::remove_tree(&previous);
+        }
+        let supervisor = root.join("supervisor");
+        let instances = root.join("instances");
+        for dir in [&root, &supervisor, &instances] {
+            match std::fs::create_dir(dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => {
+                    cgroup::remove_tree(&root);
+                    return Err(format!("cannot create {}: {e}", dir.display()));
+                }
+            }
+        }
+        if let Err(e) = cgroup::enter(&supervisor, std::process::id()) {
+            cgroup::remove_tree(&root);
+            return Err(format!("cannot move into {}: {e}", supervisor.display()));
+        }
+        Ok(CgroupRun {
+            base: base.to_path_buf(),
+            root,
+            instances,
+            leftovers,
+        })
+    }
+}
+
+/// 16 hex digits from the kernel's random source.
+fn random_token() -> String {
+    let mut bytes = [0u8; 8];
+    // SAFETY: getrandom fills the buffer it is given.
+    let filled = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    if filled != bytes.len() as isize {
+        // Unique enough for a token that only has to differ between runs.
+        let seed = std::process::id() as u64
+            ^ std::time::UNIX_EPOCH
+                .elapsed()
+                .map_or(0, |d| d.as_nanos() as u64);
+        bytes = seed.to_le_bytes();
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Our children that we did not start ourselves — adopted descendants of
+/// workers, as a subreaper — read from /proc/self/task/*/children.
+pub fn adopted(known: &HashSet<i32>) -> Vec<i32> {
+    let mut pids = Vec::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return pids;
+    };
+    for task in tasks.flatten() {
+        let Ok(children) = std::fs::read_to_string(task.path().join("children")) else {
+            continue;
+        };
+        pids.extend(
+            children
+                .split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok())
+                .filter(|p| !known.contains(p)),
+        );
+    }
+    pids
+}
+
+/// The `SUPERVISE_RUN` a process carries, if any.
+pub fn run_token(pid: i32) -> Option<String> {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    environ.split(|b| *b == 0).find_map(|entry| {
+        entry
+            .strip_prefix(b"SUPERVISE_RUN=")
+            .map(|value| String::from_utf8_lossy(value).into_owned())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_random_hex() {
+        let (a, b) = (random_token(), random_token());
+        assert_eq!(a.len(), 16);
+        assert!(a.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn a_child_we_did_not_start_is_adopted_and_its_token_is_read() {
+        let child = std::process::Command::new("sleep")
+            .arg("5")
+            .env("SUPERVISE_RUN", "abc.7")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        assert!(adopted(&HashSet::new()).contains(&pid));
+        assert!(!adopted(&HashSet::from([pid])).contains(&pid));
+        assert_eq!(run_token(pid).as_deref(), Some("abc.7"));
+        let mut child = child;
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}

@@ -1,0 +1,406 @@
+//! No escape: every process an instance starts is tracked, waited for and
+//! stopped — however it daemonizes (setsid, a double fork, setpgid) — in both
+//! tracking modes: cgroups (here: the `unified` hierarchy, writable as root)
+//! and the environment (`--cgroups off`).
+//!
+//! Each test gives its workers a unique mark as their last argument, which
+//! every forked descendant keeps in its command line, and looks for it in
+//! /proc (a mark in argv, not the environment: the environment is what the
+//! supervisor itself tracks by when it has no cgroups).
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// The worker: forks an escaping child (`setsid`, `double`, `setpgid`),
+/// which then `stay`s, `drain`s for 0.5 s on SIGTERM, is `stubborn` (ignores
+/// it), or `burn`s CPU, and prints "escaped"; the leader sleeps, or with
+/// `exit` exits 1 after 0.3 s.
+const WORKER: &str = r#"
+import os, signal, sys, time
+how, what = sys.argv[1], sys.argv[2]
+def escaped():
+    if what == "drain":
+        def drain(*_):
+            time.sleep(0.5)
+            os._exit(0)
+        signal.signal(signal.SIGTERM, drain)
+    elif what == "stubborn":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Said once the signal disposition is set, so the test's SIGTERM finds it.
+    print("escaped", flush=True)
+    while what == "burn":
+        pass
+    while True:
+        time.sleep(1000)
+if os.fork() == 0:
+    if how == "setsid":
+        os.setsid()
+        escaped()
+    elif how == "setpgid":
+        os.setpgid(0, 0)
+        escaped()
+    else:
+        if os.fork() == 0:
+            os.setsid()
+            escaped()
+        os._exit(0)
+if what == "exit":
+    time.sleep(0.3)
+    sys.exit(1)
+while True:
+    time.sleep(1000)
+"#;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Cgroups,
+    Environment,
+}
+
+const MODES: [Mode; 2] = [Mode::Cgroups, Mode::Environment];
+
+/// A unique mark for one test run.
+fn mark(name: &str) -> String {
+    format!("{name}-{}-{}", std::process::id(), rand_suffix())
+}
+
+fn rand_suffix() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
+/// Live (not zombie) processes with `mark` in their command line.
+fn marked(mark: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+                .filter(|pid| !matches!(process_state(*pid), None | Some('Z')))
+                .filter(|pid| {
+                    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+                        cmdline.split(|b| *b == 0).any(|arg| arg == mark.as_bytes())
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// An app of one worker escaping `how`, then doing `what`.
+fn app(mark: &str, how: &str, what: &str, extra: &str) -> String {
+    format!(
+        r#"apps:
+  esc:
+    command: [{python}, worker.py, {how}, {what}, "{mark}"]
+    ready: none
+    kill_timeout: 3s
+{extra}"#,
+        python = python()
+    )
+}
+
+/// The real interpreter, not a shim (pyenv's `python3` is a bash script
+/// whose own children would be counted as the worker's).
+fn python() -> String {
+    let output = std::process::Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .expect("python3 runs");
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}
+
+/// Start a supervisor in `mode`; `None` (and a printed "skipped") when cgroup
+/// mode was asked for and the machine has no writable cgroup v2.
+fn start(mode: Mode, yaml: &str) -> Option<Supervised> {
+    let args: &[&str] = match mode {
+        Mode::Cgroups => &[],
+        Mode::Environment => &["--cgroups", "off"],
+    };
+    let mut s = Supervised::start_with(yaml, args, |dir| {
+        std::fs::write(dir.join("worker.py"), WORKER).expect("worker.py");
+    });
+    let tracking = s.wait_for("the tracking mode", |e| e["event"] == "tracking");
+    let got = tracking["mode"].as_str().unwrap_or_default().to_string();
+    match (mode, got.as_str()) {
+        (Mode::Cgroups, "cgroup") | (Mode::Environment, "environment") => Some(s),
+        (Mode::Cgroups, _) => {
+            println!("skipped: no writable cgroup v2 ({})", tracking["message"]);
+            None
+        }
+        _ => panic!("asked for {mode:?}, got {got}"),
+    }
+}
+
+/// Wait until the worker's escaped child is set up.
+fn escaped(s: &mut Supervised, mark: &str, count: usize) {
+    s.wait_line("escaped");
+    assert!(
+        eventually(WAIT, || marked(mark).len() >= count),
+        "expected {count} marked processes, found {:?}",
+        marked(mark)
+    );
+}
+
+fn none_left(mark: &str, limit: Duration) -> bool {
+    eventually(limit, || marked(mark).is_empty())
+}
+
+/// The cgroups of supervisor `pid`'s run are gone (cgroup mode).
+fn cgroups_gone(pid: i32) -> bool {
+    let suffix = format!(".{pid}");
+    eventually(Duration::from_secs(3), || {
+        !cgroup_roots()
+            .iter()
+            .any(|p| p.to_string_lossy().ends_with(&suffix))
+    })
+}
+
+/// Every `supervise.*` directory under the cgroup v2 mounts.
+fn cgroup_roots() -> Vec<std::path::PathBuf> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    mountinfo
+        .lines()
+        .filter(|l| l.contains(" - cgroup2 "))
+        .filter_map(|l| l.split_whitespace().nth(4).map(|p| p.to_string()))
+        .flat_map(|mount| {
+            std::fs::read_dir(Path::new(&mount))
+                .map(|d| {
+                    d.flatten()
+                        .map(|e| e.path())
+                        .filter(|p| {
+                            p.file_name()
+                                .and_then(|n| n.to_str())
+                                .is_some_and(|n| n.starts_with("supervise."))
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+#[test]
+fn escaped_children_are_stopped_with_their_instance() {
+    for mode in MODES {
+        for how in ["setsid", "double", "setpgid"] {
+            let mark = mark(how);
+            let Some(mut s) = start(mode, &app(&mark, how, "stay", "")) else {
+                continue;
+            };
+            escaped(&mut s, &mark, 2);
+            let output = std::process::Command::new(binary())
+                .current_dir(s.dir.path())
+                .env("XDG_RUNTIME_DIR", runtime_dir(s.dir.path()))
+                .args(["stop", "esc"])
+                .output()
+                .expect("the client runs");
+            assert!(output.status.success(), "{output:?}");
+            s.wait_event("stopped", "esc");
+            assert!(
+                none_left(&mark, Duration::from_secs(2)),
+                "{mode:?} {how}: left after stopping the app: {:?}",
+                marked(&mark)
+            );
+            s.signal(libc::SIGTERM);
+            assert!(s.wait_exit(WAIT).success());
+            if mode == Mode::Cgroups {
+                assert!(
+                    cgroups_gone(s.pid()),
+                    "{how}: cgroups left: {:?}",
+                    cgroup_roots()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn escaped_children_go_at_shutdown_and_when_supervise_is_killed() {
+    for mode in MODES {
+        for how in ["setsid", "double", "setpgid"] {
+            for signal in [libc::SIGTERM, libc::SIGKILL] {
+                let mark = mark(how);
+                let Some(mut s) = start(mode, &app(&mark, how, "stay", "")) else {
+                    continue;
+                };
+                escaped(&mut s, &mark, 2);
+                s.signal(signal);
+                s.wait_exit(WAIT);
+                assert!(
+                    none_left(&mark, Duration::from_secs(3)),
+                    "{mode:?} {how}, signal {signal}: left: {:?}",
+                    marked(&mark)
+                );
+                if mode == Mode::Cgroups {
+                    assert!(cgroups_gone(s.pid()), "cgroups left: {:?}", cgroup_roots());
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_crash_loop_of_escapers_leaks_at_most_the_current_one() {
+    for mode in MODES {
+        let mark = mark("loop");
+        let extra = "    restart: always\n    backoff: {initial: 100ms, factor: 1}\n";
+        let Some(mut s) = start(mode, &app(&mark, "setsid", "exit", extra)) else {
+            continue;
+        };
+        let mut most = 0;
+        let deadline = Instant::now() + WAIT;
+        while s.count("exited", "esc") < 5 {
+            assert!(Instant::now() < deadline, "{}", s.dump());
+            most = most.max(marked(&mark).len());
+            let _ = s.next_within(Duration::from_millis(20), |e| e["event"] == "exited");
+        }
+        // The leader and its escaped child: two marked processes at most.
+        assert!(most <= 2, "{mode:?}: {most} marked processes at once");
+        s.signal(libc::SIGTERM);
+        s.wait_exit(WAIT);
+        assert!(
+            mode != Mode::Cgroups || cgroups_gone(s.pid()),
+            "cgroups left: {:?}",
+            cgroup_roots()
+        );
+        assert!(
+            none_left(&mark, Duration::from_secs(2)),
+            "{mode:?}: {:?}",
+            marked(&mark)
+        );
+    }
+}
+
+#[test]
+fn a_stop_waits_for_an_escaped_child_up_to_kill_timeout() {
+    for mode in MODES {
+        // One drains in 0.5 s: the stop waits for it, and no SIGKILL.
+        let mark = mark("drain");
+        let Some(mut s) = start(mode, &app(&mark, "setsid", "drain", "")) else {
+            continue;
+        };
+        escaped(&mut s, &mark, 2);
+        s.signal(libc::SIGTERM);
+        let stopped = s.wait_event("stopped", "esc");
+        let took = stopped["took_ms"].as_u64().unwrap_or(0);
+        assert!(
+            (450..3000).contains(&took) && stopped["killed"] == false,
+            "{mode:?}: {stopped}"
+        );
+        s.wait_exit(WAIT);
+        assert!(
+            mode != Mode::Cgroups || cgroups_gone(s.pid()),
+            "cgroups left: {:?}",
+            cgroup_roots()
+        );
+        assert!(none_left(&mark, Duration::from_secs(1)));
+
+        // One ignores SIGTERM: killed at kill_timeout (1 s), not before.
+        let mark = self::mark("stubborn");
+        let yaml =
+            app(&mark, "setsid", "stubborn", "").replace("kill_timeout: 3s", "kill_timeout: 1s");
+        let Some(mut s) = start(mode, &yaml) else {
+            continue;
+        };
+        escaped(&mut s, &mark, 2);
+        s.signal(libc::SIGTERM);
+        let stopped = s.wait_event("stopped", "esc");
+        let took = stopped["took_ms"].as_u64().unwrap_or(0);
+        assert!(
+            took >= 1000 && stopped["killed"] == true,
+            "{mode:?}: {stopped}"
+        );
+        s.wait_exit(WAIT);
+        assert!(
+            mode != Mode::Cgroups || cgroups_gone(s.pid()),
+            "cgroups left: {:?}",
+            cgroup_roots()
+        );
+        assert!(
+            none_left(&mark, Duration::from_secs(1)),
+            "{mode:?}: {:?}",
+            marked(&mark)
+        );
+    }
+}
+
+#[test]
+fn a_killed_undertaker_is_replaced_and_still_kills_everything() {
+    for mode in MODES {
+        let mark = mark("undertaker");
+        let Some(mut s) = start(mode, &app(&mark, "double", "stay", "")) else {
+            continue;
+        };
+        escaped(&mut s, &mark, 2);
+        let undertaker = children_of(s.pid())
+            .into_iter()
+            .find(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| c.windows(12).any(|w| w == b"__undertaker"))
+            })
+            .expect("an undertaker");
+        // SAFETY: killing the undertaker of the supervisor we started.
+        unsafe {
+            libc::kill(undertaker, libc::SIGKILL);
+        }
+        let started = Instant::now();
+        let restarted = s.wait_for("a new undertaker", |e| e["event"] == "undertaker_restarted");
+        assert!(started.elapsed() < Duration::from_secs(1), "{restarted}");
+        assert!(
+            children_of(s.pid()).iter().any(|pid| *pid != undertaker
+                && std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| c.windows(12).any(|w| w == b"__undertaker"))),
+            "a new undertaker runs"
+        );
+        s.signal(libc::SIGKILL);
+        s.wait_exit(WAIT);
+        assert!(
+            mode != Mode::Cgroups || cgroups_gone(s.pid()),
+            "cgroups left: {:?}",
+            cgroup_roots()
+        );
+        assert!(
+            none_left(&mark, Duration::from_secs(3)),
+            "{mode:?}: left after SIGKILL: {:?}",
+            marked(&mark)
+        );
+    }
+}
+
+#[test]
+fn status_counts_the_cpu_of_an_escaped_child() {
+    let mark = mark("burn");
+    let Some(mut s) = start(Mode::Cgroups, &app(&mark, "setsid", "burn", "")) else {
+        return;
+    };
+    escaped(&mut s, &mark, 2);
+    let busy = eventually(Duration::from_secs(10), || {
+        let output = std::process::Command::new(binary())
+            .current_dir(s.dir.path())
+            .env("XDG_RUNTIME_DIR", runtime_dir(s.dir.path()))
+            .args(["status", "--json"])
+            .output()
+            .expect("the client runs");
+        let status: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
+        let cpu = status["apps"][0]["workers"][0]["cpu_percent"]
+            .as_f64()
+            .unwrap_or(0.0);
+        assert!(
+            status["tracking"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("cgroup")
+        );
+        cpu > 30.0
+    });
+    assert!(busy, "the escaped child's CPU is the instance's");
+    s.signal(libc::SIGTERM);
+    s.wait_exit(WAIT);
+    assert!(cgroups_gone(s.pid()), "cgroups left: {:?}", cgroup_roots());
+    assert!(none_left(&mark, Duration::from_secs(2)));
+}
