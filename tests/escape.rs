@@ -404,3 +404,94 @@ fn status_counts_the_cpu_of_an_escaped_child() {
     assert!(cgroups_gone(s.pid()), "cgroups left: {:?}", cgroup_roots());
     assert!(none_left(&mark, Duration::from_secs(2)));
 }
+
+/// Joins the process group named by `a.pid` (another instance's) or, with
+/// `parent`, its parent's (the supervisor's), then sleeps.
+const HOPPER: &str = r#"
+import os, sys, time
+where = sys.argv[1]
+if where == "parent":
+    target = os.getpgid(os.getppid())
+else:
+    while not os.path.exists("a.pid"):
+        time.sleep(0.01)
+    target = int(open("a.pid").read())
+os.setpgid(0, target)
+print("hopped", flush=True)
+time.sleep(1000)
+"#;
+
+/// `supervise stop NAME` against `s`; it must succeed.
+fn stop(s: &Supervised, name: &str) {
+    let output = std::process::Command::new(binary())
+        .current_dir(s.dir.path())
+        .env("XDG_RUNTIME_DIR", runtime_dir(s.dir.path()))
+        .args(["stop", name])
+        .output()
+        .expect("the client runs");
+    assert!(output.status.success(), "{output:?}");
+}
+
+#[test]
+fn a_worker_that_joins_another_process_group_is_still_stopped() {
+    for mode in MODES {
+        let mark = mark("hop");
+        let yaml = format!(
+            "apps:\n  hop:\n    command: [{python}, hopper.py, parent, \"{mark}\"]\n    ready: none\n    kill_timeout: 2s\n",
+            python = python()
+        );
+        let args: &[&str] = match mode {
+            Mode::Cgroups => &[],
+            Mode::Environment => &["--cgroups", "off"],
+        };
+        let mut s = Supervised::start_with(&yaml, args, |dir| {
+            std::fs::write(dir.join("hopper.py"), HOPPER).expect("hopper.py");
+        });
+        let tracking = s.wait_for("the tracking mode", |e| e["event"] == "tracking");
+        if mode == Mode::Cgroups && tracking["mode"] != "cgroup" {
+            println!("skipped: no writable cgroup v2");
+            continue;
+        }
+        s.wait_line("hopped");
+        stop(&s, "hop");
+        let stopped = s.wait_event("stopped", "hop");
+        assert!(
+            stopped["killed"] == false && stopped["took_ms"].as_u64() < Some(1000),
+            "{mode:?}: the stop signal reached it: {stopped}"
+        );
+        assert!(
+            none_left(&mark, Duration::from_secs(1)),
+            "{mode:?}: {:?}",
+            marked(&mark)
+        );
+        s.signal(libc::SIGTERM);
+        assert!(s.wait_exit(WAIT).success());
+    }
+}
+
+#[test]
+fn with_cgroups_stopping_an_instance_spares_a_stranger_in_its_group() {
+    let (a, b) = (mark("a"), mark("b"));
+    let yaml = format!(
+        "apps:\n  a:\n    command: [{python}, -c, \"import os, time; open('a.pid.tmp', 'w').write(str(os.getpid())); os.rename('a.pid.tmp', 'a.pid'); time.sleep(1000)\", \"{a}\"]\n    ready: none\n  b:\n    command: [{python}, hopper.py, a, \"{b}\"]\n    ready: none\n",
+        python = python()
+    );
+    let mut s = Supervised::start_with(&yaml, &[], |dir| {
+        std::fs::write(dir.join("hopper.py"), HOPPER).expect("hopper.py");
+    });
+    let tracking = s.wait_for("the tracking mode", |e| e["event"] == "tracking");
+    if tracking["mode"] != "cgroup" {
+        println!("skipped: no writable cgroup v2");
+        return;
+    }
+    s.wait_line("hopped");
+    stop(&s, "a");
+    let stopped = s.wait_event("stopped", "a");
+    assert!(stopped["killed"] == false, "{stopped}");
+    assert!(none_left(&a, Duration::from_secs(1)));
+    assert_eq!(marked(&b).len(), 1, "b, in a's process group, was spared");
+    s.signal(libc::SIGTERM);
+    assert!(s.wait_exit(WAIT).success());
+    assert!(none_left(&b, Duration::from_secs(1)));
+    assert!(cgroups_gone(s.pid()), "cgroups left: {:?}", cgroup_roots());
+}

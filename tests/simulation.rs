@@ -19,11 +19,14 @@ use std::time::{Duration, Instant};
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};
 
+use supervise::core::SPAWNS_PER_TURN;
 use supervise::core::reconcile::{Step as Decide, Target, Workers, reconcile};
 use supervise::core::worker::{StartError, StartStage, Worker};
-use supervise::effects::fake::Behaviour;
+use supervise::effects::fake::{Behaviour, FakeEffects};
 use supervise::simulation::{CommandKind, Edit, Step, Violation, World, app, probe};
+use supervise::spec::Desired;
 use supervise::spec::{AppSpec, MaxRestarts, Readiness, ReloadLimits, RestartPolicy};
+use supervise::supervisor::{Event, Supervisor};
 
 /// Seeds CI runs.
 const SEEDS: u64 = 2000;
@@ -673,4 +676,29 @@ fn found_seed_32005_a_kill_timeout_edit_reaches_stops_in_flight() {
             Step::Sigterm,
         ],
     );
+}
+
+/// A start of hundreds goes [`SPAWNS_PER_TURN`] per turn of the loop, so
+/// a shutdown (or anything else) that arrives meanwhile is handled after
+/// one turn, not after the whole batch; and with time the batch completes.
+#[test]
+fn a_large_start_goes_in_turns_and_a_shutdown_between_them_starts_nothing_more() {
+    let spawns = |history: &[String]| history.iter().filter(|h| h.starts_with("spawn ")).count();
+    let desired = Desired {
+        source: "/sim/ecosystem.yaml".into(),
+        apps: vec![app("big", 500, Readiness::Immediate)],
+    };
+    let fake = FakeEffects::new(Instant::now());
+    let mut supervisor = Supervisor::new(&desired, "ecosystem.yaml", 1000, fake);
+    supervisor.start();
+    assert_eq!(spawns(&supervisor.effects().history), SPAWNS_PER_TURN);
+    supervisor.handle(Event::Timer);
+    assert_eq!(spawns(&supervisor.effects().history), 2 * SPAWNS_PER_TURN);
+    supervisor.handle(Event::Terminate);
+    assert_eq!(spawns(&supervisor.effects().history), 2 * SPAWNS_PER_TURN);
+
+    let mut world = World::new(vec![app("big", 500, Readiness::Immediate)]);
+    world.converges().unwrap_or_else(|v| panic!("{}", v.0));
+    assert_eq!(spawns(world.history()), 500);
+    world.shuts_down().unwrap_or_else(|v| panic!("{}", v.0));
 }

@@ -48,6 +48,11 @@ pub const FULL_PASS_INTERVAL: Duration = Duration::from_secs(10);
 pub const MAX_PASSES: usize = 64;
 /// How soon an app that did not settle within [`MAX_PASSES`] is looked at again.
 const UNSETTLED_RETRY: Duration = Duration::from_millis(50);
+/// Processes started per turn of the loop ([`Core::begin_turn`]). A spawn
+/// takes about a millisecond: a scale-up of thousands goes on in turns of
+/// this many, and signals, control requests and exits are handled between
+/// them instead of waiting seconds for the whole batch.
+pub const SPAWNS_PER_TURN: usize = 64;
 
 /// An input to the core: a fact about a process, a user's wish, or time.
 #[derive(Debug, Clone)]
@@ -164,6 +169,8 @@ pub struct Core {
     /// Decisions of the core that a worker refused: bugs, counted for tests.
     anomalies: u64,
     outbox: Vec<Action>,
+    /// Starts left in this turn of the loop.
+    spawn_budget: usize,
 }
 
 impl Core {
@@ -187,7 +194,13 @@ impl Core {
             last_full_pass: now,
             anomalies: 0,
             outbox: Vec::new(),
+            spawn_budget: SPAWNS_PER_TURN,
         }
+    }
+
+    /// A new turn of the loop: [`SPAWNS_PER_TURN`] more starts may be decided.
+    pub fn begin_turn(&mut self) {
+        self.spawn_budget = SPAWNS_PER_TURN;
     }
 
     pub fn apps(&self) -> impl Iterator<Item = &App> {
@@ -340,9 +353,21 @@ impl Core {
                     recreate: app.recreate,
                     winding_down: app.removed || self.phase == Phase::ShuttingDown,
                 };
-                let Plan { steps, wake_at } = reconcile::reconcile(target, &app.workers, now);
+                let Plan { mut steps, wake_at } = reconcile::reconcile(target, &app.workers, now);
+                // Starts beyond this turn's budget wait for the next turn,
+                // due at once.
+                let before = steps.len();
+                steps.retain(|step| match step {
+                    Step::Start { .. } if self.spawn_budget == 0 => false,
+                    Step::Start { .. } => {
+                        self.spawn_budget -= 1;
+                        true
+                    }
+                    _ => true,
+                });
+                let deferred = steps.len() < before;
                 if steps.is_empty() {
-                    app.wake_at = wake_at;
+                    app.wake_at = if deferred { Some(now) } else { wake_at };
                     self.report(Event::Reconciled {
                         app: name.clone(),
                         passes: pass,

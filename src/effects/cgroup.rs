@@ -28,6 +28,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// How many times [`signal`] looks again for processes forked meanwhile.
+pub const SIGNAL_PASSES: usize = 8;
 /// How long to wait for a killed cgroup to empty before giving up on removing it.
 pub const EMPTY_WAIT: Duration = Duration::from_secs(2);
 
@@ -97,6 +99,9 @@ pub fn detect() -> Result<PathBuf, String> {
     if !dir.join("cgroup.procs").exists() {
         return Err(format!("{} is not a cgroup v2 directory", dir.display()));
     }
+    if !dir.join("cgroup.kill").exists() {
+        return Err("the kernel has no cgroup.kill (Linux 5.14 or later has)".into());
+    }
     Ok(dir)
 }
 
@@ -110,6 +115,31 @@ pub fn populated(cgroup: &Path) -> bool {
 /// SIGKILL every process of a cgroup and its descendants (`cgroup.kill`).
 pub fn kill(cgroup: &Path) -> io::Result<()> {
     std::fs::write(cgroup.join("cgroup.kill"), b"1")
+}
+
+/// Send `signal` to every process of a cgroup (not its descendants), again
+/// while a pass finds processes the last did not (forked meanwhile), at
+/// most [`SIGNAL_PASSES`] times — what systemd does. Returns how many
+/// processes were signalled.
+pub fn signal(cgroup: &Path, signal: i32) -> usize {
+    let mut signalled = std::collections::HashSet::new();
+    for _ in 0..SIGNAL_PASSES {
+        let fresh: Vec<i32> = pids(cgroup)
+            .into_iter()
+            .filter(|pid| !signalled.contains(pid))
+            .collect();
+        if fresh.is_empty() {
+            break;
+        }
+        for pid in fresh {
+            // SAFETY: a process in one of our instances' cgroups.
+            unsafe {
+                libc::kill(pid, signal);
+            }
+            signalled.insert(pid);
+        }
+    }
+    signalled.len()
 }
 
 /// The pids in a cgroup (not its descendants).

@@ -163,10 +163,25 @@ impl Groups {
         );
     }
 
-    /// The process placed by `placement` did not start.
+    /// The process placed by `placement` did not start — or a spawner that
+    /// was killed mid-request may have started it: kill whatever is in its
+    /// cgroup, or carries its token, and remove the cgroup once empty.
     pub fn not_started(&mut self, placement: Placement) {
         if let Some((path, _)) = placement.cgroup {
-            let _ = std::fs::remove_dir(path);
+            if cgroup::populated(&path) {
+                let _ = cgroup::kill(&path);
+            }
+            self.dying.push((path, None));
+            self.settle();
+        }
+        if let Some(token) = placement.token {
+            self.carriers_read = None;
+            for pid in self.carriers().get(&token).cloned().unwrap_or_default() {
+                // SAFETY: a process carrying the token of a spawn of ours.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
         }
     }
 
@@ -188,31 +203,34 @@ impl Groups {
         &self.carriers
     }
 
-    /// The instance's processes outside its process group.
+    /// The carriers of the instance's token outside its process group
+    /// (without cgroups).
     fn escaped(&mut self, pgid: i32) -> Vec<i32> {
-        let Some(group) = self.groups.get(&pgid) else {
+        let Some(token) = self.groups.get(&pgid).and_then(|g| g.token.clone()) else {
             return Vec::new();
         };
-        let members: Vec<i32> = match (&group.cgroup, group.token.clone()) {
-            (Some(cgroup), _) => cgroup::pids(cgroup),
-            (None, Some(token)) => self.carriers().get(&token).cloned().unwrap_or_default(),
-            (None, None) => Vec::new(),
-        };
-        members
+        self.carriers()
+            .get(&token)
+            .cloned()
+            .unwrap_or_default()
             .into_iter()
             .filter(|pid| procfs::pgrp(*pid) != Some(pgid))
             .collect()
     }
 
-    /// Send `signal` to the instance `pgid`: its group, and what escaped it.
+    /// Send `signal` to the instance `pgid`. With a cgroup, to the cgroup's
+    /// processes alone (SIGKILL: `cgroup.kill`), wherever their process
+    /// group is — a process of another instance that joined this group is
+    /// not hit, and one of this instance that joined another is. Without,
+    /// to its process group and the carriers of its token outside it.
     pub fn signal(&mut self, pgid: i32, signal: Signal) {
-        killpg(pgid, signal as i32);
-        if signal == Signal::SIGKILL
-            && let Some(cgroup) = self.groups.get(&pgid).and_then(|g| g.cgroup.as_ref())
-        {
-            let _ = cgroup::kill(cgroup);
+        if let Some(cgroup) = self.groups.get(&pgid).and_then(|g| g.cgroup.as_ref()) {
+            if signal != Signal::SIGKILL || cgroup::kill(cgroup).is_err() {
+                cgroup::signal(cgroup, signal as i32);
+            }
             return;
         }
+        killpg(pgid, signal as i32);
         for pid in self.escaped(pgid) {
             // SAFETY: signalling a process of one of our instances.
             unsafe {
@@ -232,7 +250,9 @@ impl Groups {
                     return !group_alive;
                 };
                 match (&group.cgroup, group.token.clone()) {
-                    (Some(cgroup), _) => !cgroup::populated(cgroup) && !group_alive,
+                    // Its process group may hold a stranger (a process of
+                    // another instance can join it): the cgroup alone counts.
+                    (Some(cgroup), _) => !cgroup::populated(cgroup),
                     (None, Some(token)) => {
                         !group_alive && self.carriers().get(&token).is_none_or(Vec::is_empty)
                     }
@@ -245,6 +265,13 @@ impl Groups {
     /// The leader of `pgid` is gone: SIGKILL the rest of the instance; how
     /// many processes there were.
     pub fn kill_leftovers(&mut self, pgid: i32) -> usize {
+        if let Some(cgroup) = self.groups.get(&pgid).and_then(|g| g.cgroup.as_ref()) {
+            let left = cgroup::pids(cgroup).len();
+            if left > 0 {
+                self.signal(pgid, Signal::SIGKILL);
+            }
+            return left;
+        }
         let in_group = if group_alive(pgid) {
             procfs::group_members(pgid)
         } else {

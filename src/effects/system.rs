@@ -134,7 +134,8 @@ impl System {
     /// of a worker is still around (an adopted daemon, a token carrier).
     pub fn kill_adopted(&mut self) {
         let mut known: HashSet<i32> = self.processes.keys().copied().collect();
-        known.extend([self.setup.undertaker.pid(), self.setup.spawner.pid()]);
+        known.insert(self.setup.undertaker.pid());
+        known.extend(self.setup.spawner.pid());
         let count = self.groups.kill_adopted(&known);
         if count > 0 {
             warn!(
@@ -159,12 +160,12 @@ impl System {
     /// Everything stopped: dismiss the undertaker and the spawner (each exits
     /// when its socket or pipe closes) and return their pids for a last reap,
     /// with the output queue and the tracking to tear down.
-    pub fn finish(self) -> ([i32; 2], LogSink, Tracking) {
+    pub fn finish(self) -> (Vec<i32>, LogSink, Tracking) {
         let System { setup, .. } = self;
-        let spawner = setup.spawner.pid();
+        let mut helpers: Vec<i32> = setup.spawner.pid().into_iter().collect();
         drop(setup.spawner);
-        let tracking = setup.tracking;
-        ([setup.undertaker.dismiss(), spawner], setup.sink, tracking)
+        helpers.push(setup.undertaker.dismiss());
+        (helpers, setup.sink, setup.tracking)
     }
 
     fn untrack(&mut self, pid: i32) {
@@ -343,8 +344,8 @@ impl Effects for System {
                 }
                 continue;
             }
-            if pid == self.setup.spawner.pid() {
-                // The next spawn finds its socket closed and starts another.
+            if Some(pid) == self.setup.spawner.pid() {
+                self.setup.spawner.lost();
                 error!("the spawner (pid {pid}) {exit}; another starts with the next spawn");
                 continue;
             }

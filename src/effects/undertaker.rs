@@ -6,10 +6,12 @@
 //! let alone a child that daemonized. So the supervisor starts this small
 //! process of its own binary (`supervise __undertaker`, by fork+exec, so it can
 //! be started again from the running supervisor if it dies). It holds the read
-//! end of a close-on-exec pipe; the supervisor writes `+PGID` / `-PGID` lines
-//! as worker process groups come and go. When the pipe reaches EOF — the
-//! supervisor has exited, however it died — it SIGKILLs every group still
-//! recorded, and then, depending on how instances are tracked:
+//! end of a close-on-exec pipe; without cgroups the supervisor writes `+PGID`
+//! / `-PGID` lines as worker process groups come and go (with cgroups, every
+//! process of every instance is in the run's cgroup tree: nothing to tell).
+//! When the pipe reaches EOF — the supervisor has exited, however it died —
+//! it SIGKILLs every group still recorded, and then, depending on how
+//! instances are tracked:
 //! - with cgroups, every instance cgroup at once (`cgroup.kill` on
 //!   `instances/`), waits for them to empty and removes them;
 //! - without, every process that still carries the run's `SUPERVISE_RUN`
@@ -17,12 +19,15 @@
 //!
 //! It runs in a process group of its own (a Ctrl-C on the terminal does not
 //! reach it), ignores the usual termination signals, and has no
-//! `PR_SET_PDEATHSIG`: outliving the supervisor is its job.
+//! `PR_SET_PDEATHSIG`: outliving the supervisor is its job. The supervisor
+//! never blocks on it: the pipe is non-blocking and large
+//! ([`PIPE_CAPACITY`]); an undertaker that stops reading (SIGSTOPped, say)
+//! until the pipe is full is killed, and its successor told every group.
 
 use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Write};
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -31,6 +36,10 @@ use super::spawn::{self, Launch};
 
 /// The argument that makes our binary an undertaker.
 pub const UNDERTAKER_ARG: &str = "__undertaker";
+/// The pipe's capacity (the default, 1 MiB, that an unprivileged process may
+/// ask for): ~100,000 `+PGID` lines, so a new undertaker can be told every
+/// group at once.
+pub const PIPE_CAPACITY: i32 = 1 << 20;
 /// Rounds of killing the processes that carry the run token, at most…
 const TOKEN_ROUNDS: usize = 20;
 /// …this far apart.
@@ -82,6 +91,8 @@ pub struct Undertaker {
     orders: Orders,
     /// The groups recorded, to tell a new undertaker if this one dies.
     groups: BTreeSet<i32>,
+    /// Groups are recorded (without cgroups).
+    records_groups: bool,
 }
 
 impl Undertaker {
@@ -104,6 +115,7 @@ impl Undertaker {
         Ok(Undertaker {
             pipe: File::from(write),
             pid,
+            records_groups: matches!(orders, Orders::Token(_)),
             orders,
             groups: BTreeSet::new(),
         })
@@ -112,28 +124,59 @@ impl Undertaker {
     /// Start a new undertaker (this one died) and tell it every group.
     pub fn restart(&mut self) -> io::Result<()> {
         let mut next = Undertaker::start(self.orders.clone())?;
-        for pgid in &self.groups {
-            writeln!(next.pipe, "+{pgid}")?;
-        }
+        let lines: String = self
+            .groups
+            .iter()
+            .map(|pgid| format!("+{pgid}\n"))
+            .collect();
+        next.pipe.write_all(lines.as_bytes())?;
         next.groups = std::mem::take(&mut self.groups);
         *self = next;
         Ok(())
+    }
+
+    /// Write one line (a single write below `PIPE_BUF`: all or nothing). A
+    /// full pipe means the undertaker stopped reading: kill it; the reap of
+    /// its exit starts another ([`Undertaker::restart`]).
+    fn send(&mut self, line: &str) -> io::Result<()> {
+        match self.pipe.write(line.as_bytes()) {
+            Ok(n) if n == line.len() => Ok(()),
+            Ok(_) => Err(io::Error::new(io::ErrorKind::WriteZero, "a short write")),
+            Err(error) => {
+                if error.kind() == io::ErrorKind::WouldBlock {
+                    tracing::error!(
+                        "the undertaker (pid {}) stopped reading its orders; killing it",
+                        self.pid
+                    );
+                    // SAFETY: killing our own helper process.
+                    unsafe {
+                        libc::kill(self.pid, libc::SIGKILL);
+                    }
+                }
+                Err(error)
+            }
+        }
     }
 
     pub fn pid(&self) -> i32 {
         self.pid
     }
 
-    /// Record a worker's process group.
+    /// Record a worker's process group (without cgroups).
     pub fn watch(&mut self, pgid: i32) -> io::Result<()> {
+        if !self.records_groups {
+            return Ok(());
+        }
         self.groups.insert(pgid);
-        writeln!(self.pipe, "+{pgid}")
+        self.send(&format!("+{pgid}\n"))
     }
 
     /// Forget a worker's process group (it is empty).
     pub fn forget(&mut self, pgid: i32) -> io::Result<()> {
-        self.groups.remove(&pgid);
-        writeln!(self.pipe, "-{pgid}")
+        if !self.groups.remove(&pgid) {
+            return Ok(());
+        }
+        self.send(&format!("-{pgid}\n"))
     }
 
     /// Close the pipe (the undertaker then cleans up and exits) and return its
@@ -143,7 +186,8 @@ impl Undertaker {
     }
 }
 
-/// A close-on-exec pipe.
+/// A close-on-exec pipe of [`PIPE_CAPACITY`] (or what the system allows),
+/// non-blocking on our (write) side.
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: a valid array for pipe2 to fill.
@@ -151,7 +195,14 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: pipe2 succeeded; we own both fds.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: fcntl on a pipe we own; a refused size keeps the default.
+    unsafe {
+        libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_CAPACITY);
+        let flags = libc::fcntl(write.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(write.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
+    }
+    Ok((read, write))
 }
 
 /// The undertaker's main: read the pipe (fd `read`) until EOF, then kill.
@@ -237,5 +288,61 @@ fn kill_token(token: &str) {
             }
         }
         std::thread::sleep(TOKEN_ROUND_PAUSE);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An undertaker that never reads: the supervisor's writes never block;
+    /// once the pipe is full, the undertaker is killed.
+    #[test]
+    fn a_full_pipe_kills_the_undertaker_instead_of_blocking() {
+        let (read, write) = pipe().unwrap();
+        let mut stand_in = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let mut undertaker = Undertaker {
+            pipe: File::from(write),
+            pid: stand_in.id() as i32,
+            orders: Orders::Token("t".into()),
+            groups: BTreeSet::new(),
+            records_groups: true,
+        };
+        let started = std::time::Instant::now();
+        let mut failed = None;
+        for pgid in 2..1_000_000 {
+            if let Err(error) = undertaker.watch(pgid) {
+                failed = Some(error);
+                break;
+            }
+        }
+        assert_eq!(failed.map(|e| e.kind()), Some(io::ErrorKind::WouldBlock));
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let status = stand_in.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGKILL));
+        drop(read);
+    }
+
+    #[test]
+    fn with_cgroups_no_group_is_sent() {
+        let (_read, write) = pipe().unwrap();
+        let mut undertaker = Undertaker {
+            pipe: File::from(write),
+            // No such process: nothing may be signalled here.
+            pid: i32::MAX,
+            orders: Orders::Cgroups {
+                root: "/nonexistent".into(),
+                base: "/nonexistent".into(),
+            },
+            groups: BTreeSet::new(),
+            records_groups: false,
+        };
+        undertaker.watch(1234).unwrap();
+        undertaker.forget(1234).unwrap();
+        assert!(undertaker.groups.is_empty());
     }
 }

@@ -149,6 +149,7 @@ impl<E: Effects> Supervisor<E> {
     /// Handle a batch of events, then let the core settle once.
     pub fn handle_all(&mut self, events: impl IntoIterator<Item = Event>) {
         let now = self.effects.now();
+        self.core.begin_turn();
         for event in events {
             self.take(event, now);
         }

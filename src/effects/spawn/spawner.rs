@@ -32,11 +32,15 @@ use super::fork::{ChildFds, Parent, Prepared, fork_exec};
 use super::{Launch, SpawnError, pipe, wire};
 use crate::core::worker::StartStage;
 
-/// How long the supervisor waits for the spawner's answer (a fork) before it
-/// takes the spawner for broken and starts another.
-pub const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the supervisor waits for the spawner's answer (one fork) before
+/// it takes the spawner for broken (stopped, wedged), kills it, and fails
+/// that start. It blocks the loop, so it is short: a fork takes well under
+/// a millisecond.
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long starting the spawner may take (one fork and exec).
 const START_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a killed spawner may take to die (SIGKILL: at once, in practice).
+const DEATH_WAIT: Duration = Duration::from_secs(1);
 /// The argument that makes our binary a spawner.
 pub const SPAWNER_ARG: &str = "__spawner";
 /// The fds a request carries besides the listening sockets: stdin, stdout,
@@ -47,13 +51,26 @@ const MAX_FDS: usize = STDIO_FDS + 1 + super::MAX_LISTEN_FDS;
 /// A reply: the pid (or -1), the stage code, the errno.
 const REPLY_BYTES: usize = 12;
 
-/// The supervisor's side: the socket to the spawner.
+/// The supervisor's side of the spawner: the process, while there is one.
+///
+/// A spawner that fails a request in any way (no answer in time, a closed
+/// socket, a short reply) is killed and waited for at once, never asked
+/// again: whatever it was doing, it cannot fork anything later, and no
+/// reply of one request can be read as another's. Its pre-exec children are
+/// killed with it; the caller kills what the request may have started
+/// (its cgroup, its token), and the next spawn starts a new spawner.
 #[derive(Debug)]
 pub struct Spawner {
+    helper: Option<Helper>,
+    /// A worker's stdin; outlives every spawner.
+    devnull: OwnedFd,
+}
+
+/// One spawner process and the socket to it.
+#[derive(Debug)]
+struct Helper {
     socket: OwnedFd,
     pid: i32,
-    /// A worker's stdin.
-    devnull: OwnedFd,
 }
 
 fn spawn_error(stage: StartStage, errno: i32, context: &str) -> SpawnError {
@@ -68,9 +85,8 @@ fn io_errno(error: &io::Error) -> i32 {
     error.raw_os_error().unwrap_or(libc::EIO)
 }
 
-impl Spawner {
-    /// Start a spawner process.
-    pub fn start() -> io::Result<Spawner> {
+impl Helper {
+    fn start() -> io::Result<Helper> {
         let (ours, theirs) = socketpair(
             AddressFamily::Unix,
             SockType::SeqPacket,
@@ -91,12 +107,6 @@ impl Spawner {
                 std::mem::size_of::<libc::timeval>() as libc::socklen_t,
             );
         }
-        let devnull = OwnedFd::from(
-            std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open("/dev/null")?,
-        );
         let launch = Launch {
             program: b"/proc/self/exe".to_vec(),
             cwd: b"/".to_vec(),
@@ -108,66 +118,51 @@ impl Spawner {
             die_with_parent: true,
         };
         let pid = start_helper(&launch, theirs)?;
-        Ok(Spawner {
-            socket: ours,
-            pid,
-            devnull,
-        })
+        Ok(Helper { socket: ours, pid })
     }
 
-    /// The spawner's pid (its exit is not a worker's).
-    pub fn pid(&self) -> i32 {
-        self.pid
-    }
-
-    /// What a worker's stdin is.
-    pub fn devnull(&self) -> RawFd {
-        self.devnull.as_raw_fd()
-    }
-
-    /// Start a worker: `fds` are stdin, stdout, stderr, the status pipe, the
-    /// directory of its cgroup when `cgroup`, then the listening sockets. A
-    /// spawner that does not answer is replaced and asked once more.
-    pub fn spawn(
-        &mut self,
-        launch: &Launch,
-        fds: &[RawFd],
-        cgroup: bool,
-    ) -> Result<i32, SpawnError> {
-        let extras = wire::Extras {
-            listen: fds.len().saturating_sub(STDIO_FDS + usize::from(cgroup)),
-            cgroup,
-        };
-        let request = wire::encode(launch, extras).ok_or_else(|| {
-            spawn_error(
-                StartStage::Prepare,
-                libc::E2BIG,
-                &format!(
-                    "the arguments and environment are more than {} bytes",
-                    wire::MAX_REQUEST_BYTES
-                ),
-            )
-        })?;
-        match self.ask(&request, fds) {
-            Ok(answer) => answer,
-            Err(error) => {
-                tracing::warn!(
-                    "the spawner (pid {}) did not answer ({error}); starting another",
-                    self.pid
-                );
-                *self = Spawner::start().map_err(|e| {
-                    spawn_error(StartStage::Fork, io_errno(&e), "cannot start the spawner")
-                })?;
-                self.ask(&request, fds).map_err(|e| {
-                    spawn_error(StartStage::Fork, io_errno(&e), "the spawner did not answer")
-                })?
+    /// SIGKILL it and wait (bounded) until it is dead — a zombie for our
+    /// reap loop — so it forks nothing more; then SIGKILL its children that
+    /// had not reached exec (ours, by `CLONE_PARENT`: copies of it).
+    fn kill(self) {
+        // SAFETY: killing our own helper process.
+        unsafe {
+            libc::kill(self.pid, libc::SIGKILL);
+        }
+        let deadline = std::time::Instant::now() + DEATH_WAIT;
+        while !matches!(crate::effects::procfs::state(self.pid), None | Some('Z'))
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for pid in crate::effects::tracking::adopted(&std::collections::HashSet::new()) {
+            let is_spawner_copy = std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == SPAWNER_ARG.as_bytes()));
+            if is_spawner_copy && pid != self.pid {
+                // SAFETY: a pre-exec fork of the spawner we just killed; our child.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
             }
         }
     }
 
     /// One request and its reply; `Err` when the spawner is broken.
     fn ask(&self, request: &[u8], fds: &[RawFd]) -> io::Result<Result<i32, SpawnError>> {
-        let rights = [ControlMessage::ScmRights(fds)];
+        // A large request goes in a memfd, passed as the first fd.
+        let memfd = (request.len() > wire::INLINE_REQUEST_BYTES)
+            .then(|| in_memfd(request))
+            .transpose()?;
+        let (request, with_memfd): (&[u8], Vec<RawFd>) = match &memfd {
+            Some(memfd) => (
+                wire::IN_MEMFD,
+                std::iter::once(memfd.as_raw_fd())
+                    .chain(fds.iter().copied())
+                    .collect(),
+            ),
+            None => (request, fds.to_vec()),
+        };
+        let rights = [ControlMessage::ScmRights(&with_memfd)];
         // A signal (SIGCHLD, most often) interrupts a call with a timeout
         // even under SA_RESTART: try again, never take it for a broken spawner.
         loop {
@@ -223,6 +218,127 @@ impl Spawner {
             )),
         })
     }
+}
+
+impl Spawner {
+    /// Start a spawner process.
+    pub fn start() -> io::Result<Spawner> {
+        let devnull = OwnedFd::from(
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open("/dev/null")?,
+        );
+        Ok(Spawner {
+            helper: Some(Helper::start()?),
+            devnull,
+        })
+    }
+
+    /// The spawner's pid, while one runs (its exit is not a worker's).
+    pub fn pid(&self) -> Option<i32> {
+        self.helper.as_ref().map(|h| h.pid)
+    }
+
+    /// The spawner process died (reaped): the next spawn starts another.
+    pub fn lost(&mut self) {
+        self.helper = None;
+    }
+
+    /// What a worker's stdin is.
+    pub fn devnull(&self) -> RawFd {
+        self.devnull.as_raw_fd()
+    }
+
+    /// Start a worker: `fds` are stdin, stdout, stderr, the status pipe, the
+    /// directory of its cgroup when `cgroup`, then the listening sockets.
+    /// Starts a spawner first when there is none. On `Err` the spawner may
+    /// have been killed mid-request: the caller kills what the request may
+    /// have started.
+    pub fn spawn(
+        &mut self,
+        launch: &Launch,
+        fds: &[RawFd],
+        cgroup: bool,
+    ) -> Result<i32, SpawnError> {
+        let extras = wire::Extras {
+            listen: fds.len().saturating_sub(STDIO_FDS + usize::from(cgroup)),
+            cgroup,
+        };
+        let request = wire::encode(launch, extras).ok_or_else(|| {
+            spawn_error(
+                StartStage::Prepare,
+                libc::E2BIG,
+                &format!(
+                    "the arguments and environment are more than {} bytes",
+                    wire::MAX_REQUEST_BYTES
+                ),
+            )
+        })?;
+        let helper = match self.helper.take() {
+            Some(helper) => helper,
+            None => Helper::start().map_err(|e| {
+                spawn_error(StartStage::Fork, io_errno(&e), "cannot start the spawner")
+            })?,
+        };
+        match helper.ask(&request, fds) {
+            Ok(answer) => {
+                self.helper = Some(helper);
+                answer
+            }
+            Err(error) => {
+                tracing::warn!(
+                    "the spawner (pid {}) did not answer ({error}); killed it, another starts with the next spawn",
+                    helper.pid
+                );
+                helper.kill();
+                Err(spawn_error(
+                    StartStage::Fork,
+                    io_errno(&error),
+                    "the spawner did not answer",
+                ))
+            }
+        }
+    }
+}
+
+/// A sealed memfd holding `request`, read from its start.
+fn in_memfd(request: &[u8]) -> io::Result<OwnedFd> {
+    // SAFETY: memfd_create with a static name; we own the fd it returns.
+    let fd = unsafe {
+        libc::memfd_create(
+            c"supervise-request".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: memfd_create succeeded: the fd is ours.
+    let memfd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut file = std::fs::File::from(memfd);
+    std::io::Write::write_all(&mut file, request)?;
+    std::io::Seek::rewind(&mut file)?;
+    // SAFETY: fcntl on our memfd; the spawner reads exactly what we wrote.
+    unsafe {
+        libc::fcntl(
+            file.as_raw_fd(),
+            libc::F_ADD_SEALS,
+            libc::F_SEAL_WRITE | libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL,
+        );
+    }
+    Ok(OwnedFd::from(file))
+}
+
+/// The request a memfd holds (at most [`wire::MAX_REQUEST_BYTES`]).
+fn from_memfd(memfd: OwnedFd) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut request = Vec::new();
+    std::fs::File::from(memfd)
+        .take(wire::MAX_REQUEST_BYTES as u64 + 1)
+        .read_to_end(&mut request)
+        .ok()?;
+    (request.len() <= wire::MAX_REQUEST_BYTES).then_some(request)
 }
 
 /// Start one of our helper processes (the spawner, the undertaker): a fork
@@ -285,8 +401,9 @@ fn wait_for_exec(status: &OwnedFd, timeout: Duration) -> io::Result<()> {
 pub fn serve(socket: OwnedFd) {
     // SAFETY: getppid has no preconditions; our parent is the supervisor.
     let supervisor = unsafe { libc::getppid() };
-    let mut buffer = vec![0u8; wire::MAX_REQUEST_BYTES];
-    let mut space = nix::cmsg_space!([RawFd; MAX_FDS]);
+    let mut buffer = vec![0u8; wire::INLINE_REQUEST_BYTES];
+    // The fds, and a memfd holding a large request.
+    let mut space = nix::cmsg_space!([RawFd; MAX_FDS + 1]);
     loop {
         let mut iov = [IoSliceMut::new(&mut buffer)];
         let received = recvmsg::<()>(
@@ -315,7 +432,20 @@ pub fn serve(socket: OwnedFd) {
             Err(nix::errno::Errno::EINTR) => continue,
             Err(_) => return,
         };
-        let answer = start(&buffer[..length], &fds, supervisor);
+        let mut fds = fds;
+        let answer = if buffer[..length] == wire::IN_MEMFD[..] && !fds.is_empty() {
+            let memfd = fds.remove(0);
+            match from_memfd(memfd) {
+                Some(request) => start(&request, &fds, supervisor),
+                None => Err(spawn_error(
+                    StartStage::Prepare,
+                    libc::E2BIG,
+                    "an unreadable or oversized request",
+                )),
+            }
+        } else {
+            start(&buffer[..length], &fds, supervisor)
+        };
         drop(fds);
         let (pid, stage, errno) = match answer {
             Ok(pid) => (pid, 0, 0),

@@ -5,8 +5,16 @@
 
 use super::Launch;
 
-/// The largest request: a worker's argv and environment together.
-pub const MAX_REQUEST_BYTES: usize = 128 * 1024;
+/// The largest request: a worker's argv and environment together — above
+/// what `execve` takes with the usual 8 MiB stack limit (a quarter of it),
+/// so the kernel, not this format, says what is too big.
+pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
+/// Requests up to this size travel in the datagram itself; larger ones in
+/// a memfd passed with it (a datagram is bounded by the socket's buffer).
+pub const INLINE_REQUEST_BYTES: usize = 64 * 1024;
+/// The datagram that says "the request is in the first fd" (a request
+/// itself starts with its version, never with this).
+pub const IN_MEMFD: &[u8; 8] = b"memfd\0\0\0";
 /// The version of this format (the spawner is our own binary, but a
 /// package upgrade can replace it under a running supervisor).
 const VERSION: u32 = 1;
