@@ -76,19 +76,7 @@ fn rand_suffix() -> u128 {
 
 /// Live (not zombie) processes with `mark` in their command line.
 fn marked(mark: &str) -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .map(|d| {
-            d.flatten()
-                .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
-                .filter(|pid| !matches!(process_state(*pid), None | Some('Z')))
-                .filter(|pid| {
-                    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
-                        cmdline.split(|b| *b == 0).any(|arg| arg == mark.as_bytes())
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+    with_argument(mark).into_iter().collect()
 }
 
 /// An app of one worker escaping `how`, then doing `what`.
@@ -144,6 +132,18 @@ fn escaped(s: &mut Supervised, mark: &str, count: usize) {
         "expected {count} marked processes, found {:?}",
         marked(mark)
     );
+}
+
+/// The supervisor (signalled) exits, leaving no marked process and, with
+/// cgroups, no cgroup of its run.
+fn ends_clean(s: &mut Supervised, mode: Mode, mark: &str, limit: Duration) {
+    s.wait_exit(WAIT);
+    assert!(
+        mode != Mode::Cgroups || cgroups_gone(s.pid()),
+        "cgroups left: {:?}",
+        cgroup_roots()
+    );
+    assert!(none_left(mark, limit), "{mode:?}: left: {:?}", marked(mark));
 }
 
 fn none_left(mark: &str, limit: Duration) -> bool {
@@ -207,14 +207,7 @@ fn escaped_children_are_stopped_with_their_instance() {
                 marked(&mark)
             );
             s.signal(libc::SIGTERM);
-            assert!(s.wait_exit(WAIT).success());
-            if mode == Mode::Cgroups {
-                assert!(
-                    cgroups_gone(s.pid()),
-                    "{how}: cgroups left: {:?}",
-                    cgroup_roots()
-                );
-            }
+            ends_clean(&mut s, mode, &mark, Duration::from_secs(2));
         }
     }
 }
@@ -230,15 +223,7 @@ fn escaped_children_go_at_shutdown_and_when_supervise_is_killed() {
                 };
                 escaped(&mut s, &mark, 2);
                 s.signal(signal);
-                s.wait_exit(WAIT);
-                assert!(
-                    none_left(&mark, Duration::from_secs(3)),
-                    "{mode:?} {how}, signal {signal}: left: {:?}",
-                    marked(&mark)
-                );
-                if mode == Mode::Cgroups {
-                    assert!(cgroups_gone(s.pid()), "cgroups left: {:?}", cgroup_roots());
-                }
+                ends_clean(&mut s, mode, &mark, Duration::from_secs(3));
             }
         }
     }
@@ -262,70 +247,39 @@ fn a_crash_loop_of_escapers_leaks_at_most_the_current_one() {
         // The leader and its escaped child: two marked processes at most.
         assert!(most <= 2, "{mode:?}: {most} marked processes at once");
         s.signal(libc::SIGTERM);
-        s.wait_exit(WAIT);
-        assert!(
-            mode != Mode::Cgroups || cgroups_gone(s.pid()),
-            "cgroups left: {:?}",
-            cgroup_roots()
-        );
-        assert!(
-            none_left(&mark, Duration::from_secs(2)),
-            "{mode:?}: {:?}",
-            marked(&mark)
-        );
+        ends_clean(&mut s, mode, &mark, Duration::from_secs(2));
     }
+}
+
+/// Start one worker whose escaped child does `what`, stop everything with
+/// SIGTERM: the `stopped` event (its `took_ms` and `killed`), once the
+/// supervisor has exited clean. `None` when the mode is not available.
+fn stop_escaper(mode: Mode, what: &str, kill_timeout: &str) -> Option<(u64, bool)> {
+    let mark = mark(what);
+    let yaml = app(&mark, "setsid", what, "").replace("kill_timeout: 3s", kill_timeout);
+    let mut s = start(mode, &yaml)?;
+    escaped(&mut s, &mark, 2);
+    s.signal(libc::SIGTERM);
+    let stopped = s.wait_event("stopped", "esc");
+    ends_clean(&mut s, mode, &mark, Duration::from_secs(1));
+    let took = stopped["took_ms"].as_u64().expect("took_ms");
+    Some((took, stopped["killed"].as_bool().expect("killed")))
 }
 
 #[test]
 fn a_stop_waits_for_an_escaped_child_up_to_kill_timeout() {
     for mode in MODES {
         // One drains in 0.5 s: the stop waits for it, and no SIGKILL.
-        let mark = mark("drain");
-        let Some(mut s) = start(mode, &app(&mark, "setsid", "drain", "")) else {
-            continue;
-        };
-        escaped(&mut s, &mark, 2);
-        s.signal(libc::SIGTERM);
-        let stopped = s.wait_event("stopped", "esc");
-        let took = stopped["took_ms"].as_u64().unwrap_or(0);
-        assert!(
-            (450..3000).contains(&took) && stopped["killed"] == false,
-            "{mode:?}: {stopped}"
-        );
-        s.wait_exit(WAIT);
-        assert!(
-            mode != Mode::Cgroups || cgroups_gone(s.pid()),
-            "cgroups left: {:?}",
-            cgroup_roots()
-        );
-        assert!(none_left(&mark, Duration::from_secs(1)));
-
+        if let Some((took, killed)) = stop_escaper(mode, "drain", "kill_timeout: 3s") {
+            assert!(
+                (450..3000).contains(&took) && !killed,
+                "{mode:?}: {took} ms, {killed}"
+            );
+        }
         // One ignores SIGTERM: killed at kill_timeout (1 s), not before.
-        let mark = self::mark("stubborn");
-        let yaml =
-            app(&mark, "setsid", "stubborn", "").replace("kill_timeout: 3s", "kill_timeout: 1s");
-        let Some(mut s) = start(mode, &yaml) else {
-            continue;
-        };
-        escaped(&mut s, &mark, 2);
-        s.signal(libc::SIGTERM);
-        let stopped = s.wait_event("stopped", "esc");
-        let took = stopped["took_ms"].as_u64().unwrap_or(0);
-        assert!(
-            took >= 1000 && stopped["killed"] == true,
-            "{mode:?}: {stopped}"
-        );
-        s.wait_exit(WAIT);
-        assert!(
-            mode != Mode::Cgroups || cgroups_gone(s.pid()),
-            "cgroups left: {:?}",
-            cgroup_roots()
-        );
-        assert!(
-            none_left(&mark, Duration::from_secs(1)),
-            "{mode:?}: {:?}",
-            marked(&mark)
-        );
+        if let Some((took, killed)) = stop_escaper(mode, "stubborn", "kill_timeout: 1s") {
+            assert!(took >= 1000 && killed, "{mode:?}: {took} ms, {killed}");
+        }
     }
 }
 
@@ -337,13 +291,7 @@ fn a_killed_undertaker_is_replaced_and_still_kills_everything() {
             continue;
         };
         escaped(&mut s, &mark, 2);
-        let undertaker = children_of(s.pid())
-            .into_iter()
-            .find(|pid| {
-                std::fs::read(format!("/proc/{pid}/cmdline"))
-                    .is_ok_and(|c| c.windows(12).any(|w| w == b"__undertaker"))
-            })
-            .expect("an undertaker");
+        let undertaker = child_with_argument(s.pid(), "__undertaker").expect("an undertaker");
         // SAFETY: killing the undertaker of the supervisor we started.
         unsafe {
             libc::kill(undertaker, libc::SIGKILL);
@@ -352,23 +300,11 @@ fn a_killed_undertaker_is_replaced_and_still_kills_everything() {
         let restarted = s.wait_for("a new undertaker", |e| e["event"] == "undertaker_restarted");
         assert!(started.elapsed() < Duration::from_secs(1), "{restarted}");
         assert!(
-            children_of(s.pid()).iter().any(|pid| *pid != undertaker
-                && std::fs::read(format!("/proc/{pid}/cmdline"))
-                    .is_ok_and(|c| c.windows(12).any(|w| w == b"__undertaker"))),
+            child_with_argument(s.pid(), "__undertaker").is_some_and(|pid| pid != undertaker),
             "a new undertaker runs"
         );
         s.signal(libc::SIGKILL);
-        s.wait_exit(WAIT);
-        assert!(
-            mode != Mode::Cgroups || cgroups_gone(s.pid()),
-            "cgroups left: {:?}",
-            cgroup_roots()
-        );
-        assert!(
-            none_left(&mark, Duration::from_secs(3)),
-            "{mode:?}: left after SIGKILL: {:?}",
-            marked(&mark)
-        );
+        ends_clean(&mut s, mode, &mark, Duration::from_secs(3));
     }
 }
 
@@ -400,9 +336,7 @@ fn status_counts_the_cpu_of_an_escaped_child() {
     });
     assert!(busy, "the escaped child's CPU is the instance's");
     s.signal(libc::SIGTERM);
-    s.wait_exit(WAIT);
-    assert!(cgroups_gone(s.pid()), "cgroups left: {:?}", cgroup_roots());
-    assert!(none_left(&mark, Duration::from_secs(2)));
+    ends_clean(&mut s, Mode::Cgroups, &mark, Duration::from_secs(2));
 }
 
 /// Joins the process group named by `a.pid` (another instance's) or, with
@@ -491,7 +425,5 @@ fn with_cgroups_stopping_an_instance_spares_a_stranger_in_its_group() {
     assert!(none_left(&a, Duration::from_secs(1)));
     assert_eq!(marked(&b).len(), 1, "b, in a's process group, was spared");
     s.signal(libc::SIGTERM);
-    assert!(s.wait_exit(WAIT).success());
-    assert!(none_left(&b, Duration::from_secs(1)));
-    assert!(cgroups_gone(s.pid()), "cgroups left: {:?}", cgroup_roots());
+    ends_clean(&mut s, Mode::Cgroups, &b, Duration::from_secs(1));
 }

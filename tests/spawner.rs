@@ -25,18 +25,7 @@ fn mark() -> String {
 
 /// Live processes running `sleep <mark>`.
 fn workers(mark: &str) -> BTreeSet<i32> {
-    std::fs::read_dir("/proc")
-        .map(|d| {
-            d.flatten()
-                .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
-                .filter(|pid| !matches!(process_state(*pid), None | Some('Z')))
-                .filter(|pid| {
-                    std::fs::read(format!("/proc/{pid}/cmdline"))
-                        .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == mark.as_bytes()))
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+    with_argument(mark)
 }
 
 fn app(mark: &str, instances: u32, value: u32) -> String {
@@ -84,8 +73,8 @@ fn shown(status: &Value) -> BTreeSet<i32> {
 
 /// Eventually, the running `sleep <mark>` processes are exactly the
 /// `count` pids `status` shows, every one ready.
-fn converges(s: &Supervised, mark: &str, count: usize) -> bool {
-    eventually(Duration::from_secs(20), || {
+fn assert_converges(s: &Supervised, mark: &str, count: usize) {
+    let converged = eventually(Duration::from_secs(20), || {
         let Some(status) = status(s, Duration::from_secs(5)).0 else {
             return false;
         };
@@ -94,17 +83,17 @@ fn converges(s: &Supervised, mark: &str, count: usize) -> bool {
             .is_some_and(|w| w.iter().all(|w| w["ready"] == true));
         let shown = shown(&status);
         ready && shown.len() == count && workers(mark) == shown
-    })
+    });
+    assert!(
+        converged,
+        "processes {:?} vs shown {:?}",
+        workers(mark),
+        status(s, Duration::from_secs(5)).0.map(|s| shown(&s))
+    );
 }
 
 fn spawner_of(s: &Supervised) -> i32 {
-    children_of(s.pid())
-        .into_iter()
-        .find(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == b"__spawner"))
-        })
-        .expect("a spawner")
+    child_with_argument(s.pid(), "__spawner").expect("a spawner")
 }
 
 fn edit(s: &Supervised, yaml: &str) {
@@ -154,12 +143,7 @@ fn signals_during_spawns_never_duplicate_a_worker() {
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     storm.join().expect("the storm ends");
-    assert!(
-        converges(&s, &mark, 30),
-        "processes {:?} vs shown {:?}",
-        workers(&mark),
-        status(&s, Duration::from_secs(5)).0.map(|s| shown(&s))
-    );
+    assert_converges(&s, &mark, 30);
     for pid in workers(&mark) {
         let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
         assert!(
@@ -195,16 +179,10 @@ fn a_stopped_spawner_stalls_nothing_and_leaves_no_stray_worker() {
         e["event"] == "start_failed" && e["stage"] == "fork"
     });
     assert!(
-        eventually(Duration::from_secs(3), || is_gone(spawner)
-            || process_state(spawner) == Some('Z')),
+        eventually(Duration::from_secs(3), || is_gone(spawner)),
         "the stopped spawner was killed"
     );
-    assert!(
-        converges(&s, &mark, 5),
-        "processes {:?} vs shown {:?}",
-        workers(&mark),
-        status(&s, Duration::from_secs(5)).0.map(|s| shown(&s))
-    );
+    assert_converges(&s, &mark, 5);
     shut_down(s, &mark);
 }
 
@@ -223,7 +201,7 @@ fn a_killed_spawner_is_replaced_without_a_failed_start() {
         "the spawner is reaped"
     );
     edit(&s, &app(&mark, 4, 0));
-    assert!(converges(&s, &mark, 4));
+    assert_converges(&s, &mark, 4);
     assert_eq!(s.count("start_failed", "w"), 0, "{}", s.dump());
     assert_ne!(spawner_of(&s), spawner);
     shut_down(s, &mark);

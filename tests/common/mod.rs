@@ -280,12 +280,33 @@ impl Drop for Supervised {
 
 /// A process's state letter from /proc (`None` once it is gone).
 pub fn process_state(pid: i32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat[stat.rfind(')')? + 1..]
-        .split_whitespace()
-        .next()?
-        .chars()
-        .next()
+    supervise::effects::procfs::state(pid)
+}
+
+/// Whether `arg` is one of the arguments in `pid`'s command line.
+pub fn has_argument(pid: i32, arg: &[u8]) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|cmdline| cmdline.split(|b| *b == 0).any(|a| a == arg))
+}
+
+/// Live (not zombie) processes with `arg` among their arguments: a test
+/// marks its workers with a unique one, which forked descendants keep.
+pub fn with_argument(arg: &str) -> std::collections::BTreeSet<i32> {
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+                .filter(|pid| !is_gone(*pid) && has_argument(*pid, arg.as_bytes()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The child of `pid` running with `arg` (a helper: `__spawner`, `__undertaker`).
+pub fn child_with_argument(pid: i32, arg: &str) -> Option<i32> {
+    children_of(pid)
+        .into_iter()
+        .find(|child| has_argument(*child, arg.as_bytes()))
 }
 
 /// Gone, or a zombie (this machine's PID 1 may not reap orphans).
