@@ -112,16 +112,41 @@ fn start(mode: Mode, yaml: &str) -> Option<Supervised> {
     let mut s = Supervised::start_with(yaml, args, |dir| {
         std::fs::write(dir.join("worker.py"), WORKER).expect("worker.py");
     });
+    in_mode(&mut s, mode).then_some(s)
+}
+
+/// Whether `s` tracks in `mode`: `false` (and a printed "skipped") when
+/// cgroup mode was asked for and this machine has no writable cgroup v2 —
+/// checked here independently, so that a supervisor that wrongly falls back
+/// fails the test instead of skipping it.
+fn in_mode(s: &mut Supervised, mode: Mode) -> bool {
     let tracking = s.wait_for("the tracking mode", |e| e["event"] == "tracking");
     let got = tracking["mode"].as_str().unwrap_or_default().to_string();
     match (mode, got.as_str()) {
-        (Mode::Cgroups, "cgroup") | (Mode::Environment, "environment") => Some(s),
-        (Mode::Cgroups, _) => {
+        (Mode::Cgroups, "cgroup") | (Mode::Environment, "environment") => true,
+        (Mode::Cgroups, _) if !cgroups_writable() => {
             println!("skipped: no writable cgroup v2 ({})", tracking["message"]);
-            None
+            false
         }
-        _ => panic!("asked for {mode:?}, got {got}"),
+        _ => panic!("asked for {mode:?}, got {got}: {}", tracking["message"]),
     }
+}
+
+/// Whether a child cgroup can be made in our own cgroup v2 (read from
+/// /proc/self/cgroup and /proc/self/mountinfo, as the supervisor does).
+fn cgroups_writable() -> bool {
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let Some(ours) = cgroup.lines().find_map(|l| l.strip_prefix("0::")) else {
+        return false;
+    };
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let Some(dir) = supervise::effects::cgroup::mounted_at(&mountinfo, ours.trim()) else {
+        return false;
+    };
+    let probe = dir.join(format!("escape-test-probe.{}", std::process::id()));
+    let made = std::fs::create_dir(&probe).is_ok();
+    let _ = std::fs::remove_dir(&probe);
+    made
 }
 
 /// Wait until the worker's escaped child is set up.
@@ -381,9 +406,7 @@ fn a_worker_that_joins_another_process_group_is_still_stopped() {
         let mut s = Supervised::start_with(&yaml, args, |dir| {
             std::fs::write(dir.join("hopper.py"), HOPPER).expect("hopper.py");
         });
-        let tracking = s.wait_for("the tracking mode", |e| e["event"] == "tracking");
-        if mode == Mode::Cgroups && tracking["mode"] != "cgroup" {
-            println!("skipped: no writable cgroup v2");
+        if !in_mode(&mut s, mode) {
             continue;
         }
         s.wait_line("hopped");
@@ -413,9 +436,7 @@ fn with_cgroups_stopping_an_instance_spares_a_stranger_in_its_group() {
     let mut s = Supervised::start_with(&yaml, &[], |dir| {
         std::fs::write(dir.join("hopper.py"), HOPPER).expect("hopper.py");
     });
-    let tracking = s.wait_for("the tracking mode", |e| e["event"] == "tracking");
-    if tracking["mode"] != "cgroup" {
-        println!("skipped: no writable cgroup v2");
+    if !in_mode(&mut s, Mode::Cgroups) {
         return;
     }
     s.wait_line("hopped");

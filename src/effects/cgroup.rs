@@ -99,9 +99,6 @@ pub fn detect() -> Result<PathBuf, String> {
     if !dir.join("cgroup.procs").exists() {
         return Err(format!("{} is not a cgroup v2 directory", dir.display()));
     }
-    if !dir.join("cgroup.kill").exists() {
-        return Err("the kernel has no cgroup.kill (Linux 5.14 or later has)".into());
-    }
     Ok(dir)
 }
 

@@ -136,6 +136,11 @@ impl CgroupRun {
                 }
             }
         }
+        // Not on a root cgroup, which never has one: on ours.
+        if !root.join("cgroup.kill").exists() {
+            cgroup::remove_tree(&root);
+            return Err("the kernel has no cgroup.kill (Linux 5.14 or later has)".into());
+        }
         if let Err(e) = cgroup::enter(&supervisor, std::process::id()) {
             cgroup::remove_tree(&root);
             return Err(format!("cannot move into {}: {e}", supervisor.display()));
