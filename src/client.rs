@@ -4,8 +4,17 @@
 //! The socket is found from the ecosystem file (the same default as `check`)
 //! or `--socket`. With no supervisor there, a command says so, names the
 //! socket it tried, and exits 3.
+//!
+//! A supervisor that is there but does not answer (stopped with SIGSTOP,
+//! wedged, or serving as many clients as it takes) must not hang a command
+//! either: connecting, sending the request and getting the first reply line
+//! take at most [`REPLY_TIMEOUT`] together, and each later line at most as
+//! long again, after which the command names the socket, says the supervisor
+//! did not answer, and exits 3 as well. Only `logs -f`, once its first reply
+//! has come, waits as long as the supervisor keeps the stream open: the
+//! instances it follows may be quiet for hours.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -16,8 +25,13 @@ use serde_json::Value;
 use crate::cli::{ecosystem_path, exit};
 use crate::config;
 use crate::control::{Command, Request, StatusReply};
+use crate::effects::control::MAX_CONNECTIONS;
 use crate::effects::runtime;
 
+/// How long a command waits for the supervisor to take its connection and
+/// request and send the first reply line; then, for each next line (but see
+/// [`Connection`] for `logs -f`).
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long `reload` waits for the rollout to complete.
 pub const WAIT_LIMIT: Duration = Duration::from_secs(300);
 /// How often they look.
@@ -48,14 +62,89 @@ pub fn socket_path(file: Option<&Path>, socket: Option<&Path>) -> Result<PathBuf
 }
 
 /// A connection to the supervisor.
+///
+/// Every wait on it is bounded by [`REPLY_TIMEOUT`]: from the connect to the
+/// first reply line, then from each line to the next. A follow (`logs -f`) is
+/// bounded only up to its first reply (the supervisor answers a follow at
+/// once, before any new line): after that it lasts as long as the supervisor
+/// keeps the stream open.
 pub struct Connection {
-    reader: BufReader<UnixStream>,
+    reader: BufReader<Deadlined>,
+    /// The socket, to name it when the supervisor does not answer.
+    socket: PathBuf,
+    /// Whether the wait for each reply after the first is unbounded.
+    follow: bool,
+    /// Whether the first reply has come.
+    answered: bool,
+}
+
+/// A stream whose reads fail with `TimedOut` once `deadline` has passed
+/// (`None`: no deadline), however many reads a line takes.
+struct Deadlined {
+    stream: UnixStream,
+    deadline: Option<Instant>,
+}
+
+impl Read for Deadlined {
+    fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+        let left = match self.deadline {
+            Some(deadline) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(io::ErrorKind::TimedOut.into());
+                }
+                Some(left)
+            }
+            None => None,
+        };
+        self.stream.set_read_timeout(left)?;
+        self.stream.read(buffer)
+    }
+}
+
+/// Whether `error` is a socket timeout (SO_RCVTIMEO and SO_SNDTIMEO give
+/// EAGAIN, a passed deadline gives `TimedOut`).
+fn timed_out(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
+
+/// The failure of a supervisor that took the connection (or left it in the
+/// listen backlog) but did not answer in time.
+fn no_answer(socket: &Path) -> Failure {
+    fail(
+        exit::NOT_RUNNING,
+        format!(
+            "the supervisor did not answer within {} (tried {}); it may be stopped \
+             (SIGSTOP) or already serving {MAX_CONNECTIONS} clients",
+            humantime::format_duration(REPLY_TIMEOUT),
+            socket.display()
+        ),
+    )
+}
+
+/// Connect to `socket`, waiting at most `timeout` for a place in its listen
+/// backlog: a blocking connect to a Unix socket whose backlog is full waits
+/// for the listener to accept, and SO_SNDTIMEO is what bounds that wait.
+fn connect(socket: &Path, timeout: Duration) -> io::Result<UnixStream> {
+    use socket2::{Domain, SockAddr, Socket, Type};
+    let client = Socket::new(Domain::UNIX, Type::STREAM, None)?;
+    client.set_write_timeout(Some(timeout))?;
+    client.connect(&SockAddr::unix(socket)?)?;
+    Ok(client.into())
 }
 
 impl Connection {
     /// Send one request; replies are read with [`Connection::next_reply`].
     pub fn open(socket: &Path, command: Command) -> Result<Connection, Failure> {
-        let mut stream = UnixStream::connect(socket).map_err(|e| {
+        let deadline = Instant::now() + REPLY_TIMEOUT;
+        let follow = matches!(command, Command::Logs { follow: true, .. });
+        let mut stream = connect(socket, REPLY_TIMEOUT).map_err(|e| {
+            if timed_out(&e) {
+                return no_answer(socket);
+            }
             fail(
                 exit::NOT_RUNNING,
                 format!(
@@ -69,9 +158,21 @@ impl Connection {
         line.push(b'\n');
         // A refusal may arrive before the request is written (EPIPE then):
         // the reply says why, so read it before giving up.
-        let written = stream.write_all(&line);
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(no_answer(socket));
+        }
+        let written = stream
+            .set_write_timeout(Some(left))
+            .and_then(|()| stream.write_all(&line));
         let mut connection = Connection {
-            reader: BufReader::new(stream),
+            reader: BufReader::new(Deadlined {
+                stream,
+                deadline: Some(deadline),
+            }),
+            socket: socket.to_path_buf(),
+            follow,
+            answered: false,
         };
         if let Err(error) = written {
             return match connection.next_reply() {
@@ -87,8 +188,14 @@ impl Connection {
 
     /// The next reply line; `None` at the end. An `ok: false` reply is a failure.
     pub fn next_reply(&mut self) -> Result<Option<Value>, Failure> {
+        // The first reply keeps the deadline set at `open`.
+        if self.answered {
+            self.reader.get_mut().deadline = (!self.follow).then(|| Instant::now() + REPLY_TIMEOUT);
+        }
         let mut line = String::new();
-        match self.reader.read_line(&mut line) {
+        let read = self.reader.read_line(&mut line);
+        self.answered = true;
+        match read {
             Ok(0) => Ok(None),
             Ok(_) => {
                 let value: Value = serde_json::from_str(&line)
@@ -99,6 +206,7 @@ impl Connection {
                 }
                 Ok(Some(value))
             }
+            Err(e) if timed_out(&e) => Err(no_answer(&self.socket)),
             Err(e) => Err(fail(exit::INVALID, format!("reading the reply: {e}"))),
         }
     }
@@ -309,6 +417,10 @@ pub fn logs(
         if reply["end"] == true {
             break;
         }
+        // The supervisor's first word on a follow: the tail is done.
+        if reply["following"] == true {
+            continue;
+        }
         if let Some(missed) = reply["missed"].as_u64() {
             print(&format!("[{missed} lines missed]\n"));
             continue;
@@ -405,5 +517,33 @@ pub fn scale(
             ));
         }
         std::thread::sleep(POLL_INTERVAL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connect_to_a_full_backlog_gives_up_in_time() {
+        use socket2::{Domain, SockAddr, Socket, Type};
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("full.sock");
+        let listener = Socket::new(Domain::UNIX, Type::STREAM, None).expect("socket");
+        listener
+            .bind(&SockAddr::unix(&path).expect("address"))
+            .expect("bind");
+        // A backlog of 0 holds one pending connection; it is never accepted.
+        listener.listen(0).expect("listen");
+        let _pending = connect(&path, REPLY_TIMEOUT).expect("the first one queues");
+        let limit = Duration::from_millis(200);
+        let started = Instant::now();
+        let error = connect(&path, limit).expect_err("the backlog is full");
+        assert!(timed_out(&error), "{error}");
+        assert!(
+            started.elapsed() >= limit && started.elapsed() < REPLY_TIMEOUT,
+            "gave up after {:?}",
+            started.elapsed()
+        );
     }
 }

@@ -2,15 +2,18 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::Output;
-use std::time::Duration;
+use std::process::{Child, Output, Stdio};
+use std::sync::mpsc::channel;
+use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::Value;
+use supervise::client::REPLY_TIMEOUT;
+use supervise::effects::control::MAX_CONNECTIONS;
 
 const APPS: &str = r#"# two apps
 apps:
@@ -429,4 +432,126 @@ fn out_of_fds_the_control_socket_backs_off_and_recovers() {
         "a client is served once fds are free again\n{}",
         s.dump()
     );
+}
+
+/// One app that prints a line when it starts, then nothing.
+const QUIET: &str = r#"apps:
+  quiet:
+    command: [sh, -c, "echo up; exec sleep 1000"]
+    ready: none
+"#;
+
+/// A supervisor running [`QUIET`], its one line printed.
+fn quiet() -> Supervised {
+    let mut s = Supervised::start(QUIET);
+    s.wait_line("up");
+    s
+}
+
+/// `count` clients running `supervise logs quiet -n 1 -f`. Returns them once
+/// `served` of them have printed the tail line — so the supervisor is past
+/// the tail and follows for each of those — or fails the test after [`WAIT`].
+fn followers(s: &Supervised, count: usize, served: usize) -> Vec<Child> {
+    let (printed, lines) = channel();
+    let mut children = Vec::new();
+    for _ in 0..count {
+        let mut child = std::process::Command::new(binary())
+            .current_dir(s.dir.path())
+            .env("XDG_RUNTIME_DIR", runtime_dir(s.dir.path()))
+            .args(["logs", "quiet", "-n", "1", "-f"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("a follower starts");
+        let stdout = child.stdout.take().expect("stdout");
+        let printed = printed.clone();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            if BufReader::new(stdout).read_line(&mut line).is_ok() {
+                let _ = printed.send(line);
+            }
+        });
+        children.push(child);
+    }
+    let deadline = Instant::now() + WAIT;
+    for _ in 0..served {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = lines.recv_timeout(left);
+        assert_eq!(
+            line.as_deref().ok(),
+            Some("quiet.0 | up\n"),
+            "every follower served prints the tail"
+        );
+    }
+    children
+}
+
+/// SIGTERM each of `children` (by pid) and reap them.
+fn terminate(children: Vec<Child>) {
+    for child in &children {
+        // SAFETY: signalling a client this test started, by its pid.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    }
+    for mut child in children {
+        let _ = child.wait();
+    }
+}
+
+#[test]
+fn followers_of_a_quiet_app_that_leave_free_their_slots() {
+    let s = quiet();
+    let baseline = fd_count(s.pid());
+    // More followers than the supervisor serves at once: the rest wait in the
+    // listen backlog, and are served (and found gone) once slots are free.
+    let children = followers(&s, MAX_CONNECTIONS + 6, MAX_CONNECTIONS);
+    let during = fd_count(s.pid());
+    assert!(
+        during >= baseline + MAX_CONNECTIONS,
+        "{during} fds with {MAX_CONNECTIONS} followers served ({baseline} before)"
+    );
+    // The app prints nothing more: only the closed connections can tell the
+    // supervisor that the followers are gone.
+    terminate(children);
+    assert!(
+        eventually(WAIT, || fd_count(s.pid()) <= baseline),
+        "{} fds after the followers left ({baseline} before)\n{}",
+        fd_count(s.pid()),
+        s.dump()
+    );
+    let asked = Instant::now();
+    let output = client(&s, &["status", "--json"]);
+    assert!(output.status.success(), "{output:?}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "status took {:?} with every slot free",
+        asked.elapsed()
+    );
+}
+
+#[test]
+fn a_stopped_supervisor_times_out_clients_but_not_followers() {
+    let s = quiet();
+    let mut follower = followers(&s, 1, 1);
+    s.signal(libc::SIGSTOP);
+    let asked = Instant::now();
+    let output = client(&s, &["status"]);
+    let took = asked.elapsed();
+    // Still following, though the supervisor has said nothing for longer
+    // than the timeout: a follow waits as long as the stream is open.
+    let still_following = follower[0].try_wait().is_ok_and(|exit| exit.is_none());
+    s.signal(libc::SIGCONT);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(3), "{output:?}");
+    assert!(
+        stderr.contains("did not answer") && stderr.contains(".sock"),
+        "names the socket and says why: {stderr}"
+    );
+    assert!(
+        took >= REPLY_TIMEOUT && took < REPLY_TIMEOUT + Duration::from_secs(5),
+        "gave up after {took:?} (the timeout is {REPLY_TIMEOUT:?})"
+    );
+    assert!(still_following, "the follower gave up");
+    terminate(follower);
+    assert!(client(&s, &["status"]).status.success());
 }

@@ -8,6 +8,13 @@
 //! can be loosened by accident, the check cannot. Requests reach the
 //! supervisor loop through a bounded queue with a reply channel; `logs` is
 //! served from the [`LogHub`] without involving the loop.
+//!
+//! A `logs -f` follower holds one of the [`MAX_CONNECTIONS`] slots for as
+//! long as it follows, so its end of the connection is watched too: when the
+//! client closes it (or shuts down its sending side, or the connection
+//! fails) the follow ends at once and frees the slot, even if the followed
+//! instances print nothing. A write would notice too, but a quiet instance
+//! never causes one.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -44,6 +51,10 @@ pub const MAX_CONNECTIONS: usize = 64;
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
 /// …up to this.
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// Bytes read at a time from a follower's side of the connection: it has
+/// nothing more to say after its request, so anything it sends is dropped;
+/// what matters is the end of its stream.
+const FOLLOWER_READ_BYTES: usize = 256;
 
 /// A request for the loop, with where its replies go.
 pub struct ControlRequest {
@@ -273,7 +284,10 @@ async fn connection(
         follow,
     } = request.command
     {
-        return serve_logs(&mut write, &logs, target, lines, follow).await;
+        // Past the request line, only the end of the client's stream matters
+        // (see `client_gone`): bytes buffered after the line are dropped.
+        let client_side = reader.into_inner().into_inner();
+        return serve_logs(client_side, &mut write, &logs, target, lines, follow).await;
     }
     let (reply, mut replies) = mpsc::channel(REPLY_QUEUE);
     let queued = requests.try_send(ControlRequest {
@@ -294,6 +308,7 @@ async fn connection(
 }
 
 async fn serve_logs(
+    mut read: tokio::net::unix::OwnedReadHalf,
     write: &mut tokio::net::unix::OwnedWriteHalf,
     logs: &LogHub,
     target: Option<String>,
@@ -317,8 +332,20 @@ async fn serve_logs(
     if !follow {
         return send(write, &serde_json::json!({"ok": true, "end": true})).await;
     }
+    // Said at once, so that a client can bound its wait for a first reply
+    // even when the instances it follows have printed nothing yet.
+    send(write, &serde_json::json!({"ok": true, "following": true})).await?;
     loop {
-        match feed.recv().await {
+        // `recv` on a broadcast receiver and `read` on a socket are both
+        // cancel-safe: whichever loses the race loses nothing.
+        let received = tokio::select! {
+            received = feed.recv() => received,
+            gone = client_gone(&mut read) => {
+                debug!("control connection: a follower left ({gone})");
+                return Ok(());
+            }
+        };
+        match received {
             Ok((line_app, line_slot, line)) => {
                 if app.as_deref().is_some_and(|a| a != &*line_app)
                     || slot.is_some_and(|s| s != line_slot)
@@ -331,6 +358,23 @@ async fn serve_logs(
                 send(write, &serde_json::json!({"ok": true, "missed": missed})).await?;
             }
             Err(broadcast::error::RecvError::Closed) => return Ok(()),
+        }
+    }
+}
+
+/// Resolves when the client's side of the connection ends: end of stream
+/// (it closed the connection, exited, was killed, or shut down its sending
+/// side) or an error (ECONNRESET). Anything it sends meanwhile is dropped,
+/// [`FOLLOWER_READ_BYTES`] at a time. Cancel-safe (a `read` that loses a
+/// `select!` has read nothing).
+async fn client_gone(read: &mut tokio::net::unix::OwnedReadHalf) -> String {
+    let mut discard = [0u8; FOLLOWER_READ_BYTES];
+    loop {
+        match read.read(&mut discard).await {
+            Ok(0) => return "end of stream".to_string(),
+            Ok(_) => continue,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            Err(error) => return error.to_string(),
         }
     }
 }
