@@ -448,3 +448,44 @@ fn with_cgroups_stopping_an_instance_spares_a_stranger_in_its_group() {
     s.signal(libc::SIGTERM);
     ends_clean(&mut s, Mode::Cgroups, &b, Duration::from_secs(1));
 }
+
+/// Starts a child in a new session with an empty environment (no
+/// `SUPERVISE_RUN`), and sleeps.
+const CLEARS_ENV: &str = r#"
+import subprocess, sys, time
+child = "import os, time; os.setsid(); print('escaped', flush=True); time.sleep(1000)"
+subprocess.Popen([sys.executable, "-c", child, sys.argv[1]], env={})
+time.sleep(1000)
+"#;
+
+#[test]
+fn a_child_that_clears_its_environment_is_stopped_while_its_leader_lives() {
+    for mode in MODES {
+        let mark = mark("clearenv");
+        let yaml = format!(
+            "apps:\n  esc:\n    command: [{python}, clears.py, \"{mark}\"]\n    ready: none\n    kill_timeout: 3s\n",
+            python = python()
+        );
+        let args: &[&str] = match mode {
+            Mode::Cgroups => &[],
+            Mode::Environment => &["--cgroups", "off"],
+        };
+        let mut s = Supervised::start_with(&yaml, args, |dir| {
+            std::fs::write(dir.join("clears.py"), CLEARS_ENV).expect("clears.py");
+        });
+        if !in_mode(&mut s, mode) {
+            continue;
+        }
+        escaped(&mut s, &mark, 2);
+        stop(&s, "esc");
+        let stopped = s.wait_event("stopped", "esc");
+        assert!(stopped["killed"] == false, "{mode:?}: {stopped}");
+        assert!(
+            none_left(&mark, Duration::from_secs(1)),
+            "{mode:?}: {:?}",
+            marked(&mark)
+        );
+        s.signal(libc::SIGTERM);
+        ends_clean(&mut s, mode, &mark, Duration::from_secs(1));
+    }
+}

@@ -9,9 +9,13 @@
 //! escaped process are; SIGKILL takes them all (`cgroup.kill`).
 //!
 //! With cgroups, a change of a cgroup's `populated` is an inotify event on
-//! its `cgroup.events`, which wakes the loop: nothing is polled. With tokens,
-//! the processes carrying them are found by one pass over /proc, shared by
-//! every question asked within [`CARRIER_SCAN_TTL`], and the loop polls.
+//! its `cgroup.events`, which wakes the loop: nothing is polled. With
+//! tokens, an instance is its leader's process tree plus the trees of the
+//! processes we adopted (as a subreaper, every orphaned descendant of a
+//! worker becomes our child) that carry its token: a walk of our own
+//! process tree through `/proc/PID/task/*/children`, never a pass over all
+//! of /proc. The adopted children and their tokens are read once for every
+//! question asked within [`ADOPTED_SCAN_TTL`], and the loop polls.
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
@@ -31,8 +35,12 @@ use super::cgroup;
 use super::procfs;
 use super::tracking::Tracking;
 
-/// How long one pass over /proc for the token carriers answers questions.
-pub const CARRIER_SCAN_TTL: Duration = Duration::from_millis(20);
+/// How long one look at our adopted children and their tokens answers
+/// questions.
+pub const ADOPTED_SCAN_TTL: Duration = Duration::from_millis(20);
+/// The most processes one walk of an instance's tree visits (a bound on
+/// the work of one question, whatever a worker forks).
+pub const MAX_TREE: usize = 100_000;
 
 /// Where a process about to be started goes.
 #[derive(Debug)]
@@ -73,10 +81,10 @@ pub struct Groups {
     watcher: Option<Watcher>,
     /// Cgroups of forgotten groups still emptying: removed once empty.
     dying: Vec<(PathBuf, Option<WatchDescriptor>)>,
-    /// Token → the processes carrying it…
-    carriers: HashMap<String, Vec<i32>>,
+    /// Token → the children we adopted (did not start) that carry it…
+    adopted: HashMap<String, Vec<i32>>,
     /// …as read at this moment.
-    carriers_read: Option<Instant>,
+    adopted_read: Option<Instant>,
     /// Adopted processes killed at shutdown, to reap.
     reap_wait: usize,
 }
@@ -101,8 +109,8 @@ impl Groups {
             spawns: 0,
             watcher,
             dying: Vec::new(),
-            carriers: HashMap::new(),
-            carriers_read: None,
+            adopted: HashMap::new(),
+            adopted_read: None,
             reap_wait: 0,
         }
     }
@@ -175,9 +183,11 @@ impl Groups {
             self.settle();
         }
         if let Some(token) = placement.token {
-            self.carriers_read = None;
-            for pid in self.carriers().get(&token).cloned().unwrap_or_default() {
-                // SAFETY: a process carrying the token of a spawn of ours.
+            self.adopted_read = None;
+            let roots = self.adopted_with(&token);
+            for pid in tree(&roots) {
+                // SAFETY: a process of a spawn of ours (our child carrying
+                // its token, or one of its descendants).
                 unsafe {
                     libc::kill(pid, libc::SIGKILL);
                 }
@@ -185,34 +195,51 @@ impl Groups {
         }
     }
 
-    /// A process was reaped: what carries tokens may have changed.
+    /// A process was reaped: what we adopted may have changed.
     pub fn reaped(&mut self) {
-        self.carriers_read = None;
+        self.adopted_read = None;
     }
 
-    /// The processes carrying each token (one pass over /proc, reused for
-    /// [`CARRIER_SCAN_TTL`]; none with cgroups).
-    fn carriers(&mut self) -> &HashMap<String, Vec<i32>> {
+    /// The children we adopted that carry `token` (read once per
+    /// [`ADOPTED_SCAN_TTL`]; none with cgroups).
+    fn adopted_with(&mut self, token: &str) -> Vec<i32> {
         let fresh = self
-            .carriers_read
-            .is_some_and(|at| at.elapsed() < CARRIER_SCAN_TTL);
-        if !fresh && let Tracking::Environment { token, .. } = &self.tracking {
-            self.carriers = procfs::carriers(&format!("SUPERVISE_RUN={token}."));
-            self.carriers_read = Some(Instant::now());
+            .adopted_read
+            .is_some_and(|at| at.elapsed() < ADOPTED_SCAN_TTL);
+        if !fresh && let Tracking::Environment { .. } = &self.tracking {
+            let leaders: HashSet<i32> = self.groups.keys().copied().collect();
+            let mut adopted: HashMap<String, Vec<i32>> = HashMap::new();
+            for pid in super::tracking::adopted(&leaders) {
+                if let Some(token) = super::tracking::run_token(pid) {
+                    adopted.entry(token).or_default().push(pid);
+                }
+            }
+            self.adopted = adopted;
+            self.adopted_read = Some(Instant::now());
         }
-        &self.carriers
+        self.adopted.get(token).cloned().unwrap_or_default()
     }
 
-    /// The carriers of the instance's token outside its process group
-    /// (without cgroups).
-    fn escaped(&mut self, pgid: i32) -> Vec<i32> {
+    /// Every live process of instance `pgid` without cgroups: its leader's
+    /// tree (while the leader lives) and the trees of our adopted children
+    /// that carry its token.
+    fn processes(&mut self, pgid: i32) -> Vec<i32> {
         let Some(token) = self.groups.get(&pgid).and_then(|g| g.token.clone()) else {
             return Vec::new();
         };
-        self.carriers()
-            .get(&token)
-            .cloned()
-            .unwrap_or_default()
+        let mut roots = self.adopted_with(&token);
+        if procfs::state(pgid).is_some_and(|s| s != 'Z') {
+            roots.push(pgid);
+        }
+        tree(&roots)
+            .into_iter()
+            .filter(|pid| procfs::state(*pid).is_some_and(|s| s != 'Z'))
+            .collect()
+    }
+
+    /// The instance's processes outside its process group (without cgroups).
+    fn escaped(&mut self, pgid: i32) -> Vec<i32> {
+        self.processes(pgid)
             .into_iter()
             .filter(|pid| procfs::pgrp(*pid) != Some(pgid))
             .collect()
@@ -230,8 +257,11 @@ impl Groups {
             }
             return;
         }
+        // Found before the group is signalled: once the leader is gone, its
+        // children are orphans of ours, attributed only by their token.
+        let escaped = self.escaped(pgid);
         killpg(pgid, signal as i32);
-        for pid in self.escaped(pgid) {
+        for pid in escaped {
             // SAFETY: signalling a process of one of our instances.
             unsafe {
                 libc::kill(pid, signal as i32);
@@ -253,9 +283,7 @@ impl Groups {
                     // Its process group may hold a stranger (a process of
                     // another instance can join it): the cgroup alone counts.
                     (Some(cgroup), _) => !cgroup::populated(cgroup),
-                    (None, Some(token)) => {
-                        !group_alive && self.carriers().get(&token).is_none_or(Vec::is_empty)
-                    }
+                    (None, Some(_)) => !group_alive && self.processes(*pgid).is_empty(),
                     (None, None) => !group_alive,
                 }
             })
@@ -272,16 +300,14 @@ impl Groups {
             }
             return left;
         }
-        let in_group = if group_alive(pgid) {
-            procfs::group_members(pgid)
-        } else {
-            0
-        };
-        let escaped = self.escaped(pgid).len();
-        if in_group + escaped > 0 {
+        let left = self
+            .processes(pgid)
+            .len()
+            .max(usize::from(group_alive(pgid)));
+        if left > 0 {
             self.signal(pgid, Signal::SIGKILL);
         }
-        in_group + escaped
+        left
     }
 
     /// The instance is gone for good: remove its cgroup (once empty).
@@ -328,11 +354,9 @@ impl Groups {
     /// `known` are the children we started. How many were alive; how many to
     /// reap is in [`Groups::to_reap`].
     pub fn kill_adopted(&mut self, known: &HashSet<i32>) -> usize {
-        let mut victims: HashSet<i32> = super::tracking::adopted(known).into_iter().collect();
-        if let Tracking::Environment { .. } = self.tracking {
-            self.carriers_read = None;
-            victims.extend(self.carriers().values().flatten().copied());
-        }
+        // Their trees, too: every descendant of a worker that is still
+        // around is below one of them.
+        let victims: HashSet<i32> = tree(&super::tracking::adopted(known)).into_iter().collect();
         let mut alive = 0;
         for pid in &victims {
             // A zombie only waits to be reaped; the rest get SIGKILL.
@@ -373,6 +397,24 @@ fn start_watcher(changed: mpsc::Sender<()>) -> std::io::Result<Watcher> {
         }
     });
     Ok(Watcher { inotify })
+}
+
+/// `roots` and all their descendants (from `/proc/PID/task/*/children`),
+/// at most [`MAX_TREE`].
+fn tree(roots: &[i32]) -> Vec<i32> {
+    let mut found: Vec<i32> = Vec::new();
+    let mut seen: HashSet<i32> = HashSet::new();
+    let mut next: Vec<i32> = roots.to_vec();
+    while let Some(pid) = next.pop() {
+        if found.len() >= MAX_TREE {
+            break;
+        }
+        if seen.insert(pid) {
+            found.push(pid);
+            next.extend(procfs::children(pid));
+        }
+    }
+    found
 }
 
 /// Send `signal` to process group `pgid` (ESRCH — already empty — is fine).

@@ -1,26 +1,5 @@
 //! Small reads of /proc.
 
-/// How many processes are in process group `pgid` (zombies included).
-pub fn group_members(pgid: i32) -> usize {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_str()
-                .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
-        })
-        .filter(|e| {
-            std::fs::read_to_string(e.path().join("stat"))
-                .ok()
-                .and_then(|s| stat_pgrp(&s))
-                == Some(pgid)
-        })
-        .count()
-}
-
 /// What the processes of one group use together.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GroupUsage {
@@ -104,6 +83,23 @@ pub fn carriers(prefix: &str) -> std::collections::HashMap<String, Vec<i32>> {
     found
 }
 
+/// The children of `pid` (every thread's), from `/proc/PID/task/*/children`.
+pub fn children(pid: i32) -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|children| {
+            children
+                .split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// Clock ticks per second (for `cpu_ticks`).
 pub fn ticks_per_second() -> u64 {
     // SAFETY: sysconf has no preconditions.
@@ -153,9 +149,15 @@ mod tests {
     }
 
     #[test]
-    fn counts_our_own_group() {
-        // SAFETY: getpgrp has no preconditions.
-        let pgid = unsafe { libc::getpgrp() };
-        assert!(group_members(pgid) >= 1);
+    fn our_children_are_listed() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        assert!(children(std::process::id() as i32).contains(&pid));
+        assert!(children(pid).is_empty());
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }

@@ -8,12 +8,15 @@
 //!   empty (watched with inotify); SIGKILL is `cgroup.kill`.
 //! - **the environment** (no usable cgroups): each process started carries
 //!   `SUPERVISE_RUN=<run token>.<spawn number>`, which its descendants
-//!   inherit. The processes carrying a spawn's token, found by a pass over
-//!   /proc, are that spawn's wherever they went (another process group or
-//!   session, adopted by the supervisor as a subreaper), and are signalled,
-//!   waited for and killed with it; at shutdown every adopted process is
-//!   killed too. What clears its environment is not found this way — the
-//!   README says so.
+//!   inherit. An instance is its leader's process tree, whatever groups and
+//!   sessions its members moved to, plus the trees of the orphans we adopted
+//!   (as a subreaper) that carry its token; they are signalled, waited for
+//!   and killed with it. At shutdown every adopted process and its tree is
+//!   killed. When the supervisor is SIGKILLed, its tree is gone: the
+//!   undertaker kills the recorded process groups and every carrier of the
+//!   run's token. An orphan that cleared its environment is not attributed
+//!   to its instance, and one that also left its process group survives a
+//!   SIGKILL of the supervisor — the README says so.
 //!
 //! `status` shows which mode is active, and why not cgroups when it is not.
 
