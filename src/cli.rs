@@ -13,6 +13,7 @@ use crate::effects::control::LogHub;
 use crate::effects::logging;
 use crate::effects::output::{LogFormat, LogSink};
 use crate::effects::runtime::{self, Claim, LockError};
+use crate::effects::signals;
 use crate::effects::sockets::SocketRegistry;
 use crate::effects::spawn::Spawner;
 use crate::effects::system::Setup;
@@ -394,6 +395,12 @@ pub fn schema() -> ExitCode {
 
 /// `supervise [run] -f FILE`: supervise in the foreground until SIGINT/SIGTERM.
 pub fn run(cli: &Cli) -> ExitCode {
+    // First of all: an early SIGHUP (or a SIGUSR1/2) must not kill us before
+    // the event loop listens for it.
+    if let Err(error) = signals::install() {
+        err(&format!("error: cannot handle SIGHUP: {error}\n"));
+        return ExitCode::from(exit::INVALID);
+    }
     // Whatever we inherited beyond stdio must not leak into workers.
     // SAFETY: marks fds close-on-exec; no memory is touched.
     unsafe {
@@ -424,7 +431,7 @@ pub fn run(cli: &Cli) -> ExitCode {
             return ExitCode::from(exit::USAGE);
         }
     };
-    let claim = match Claim::acquire(&dir, &identity, &shown, cli.socket.as_deref()) {
+    let mut claim = match Claim::acquire(&dir, &identity, &shown, cli.socket.as_deref()) {
         Ok(claim) => claim,
         Err(error @ LockError::Held { .. }) => {
             err(&format!("error: {error}\n"));
@@ -475,6 +482,10 @@ pub fn run(cli: &Cli) -> ExitCode {
         }
     };
     let initial_hash = content_hash(&bytes);
+    // What the file is as it was read: it may have been replaced since it was
+    // claimed (every later change reaches the watcher, which is watching).
+    let identity = runtime::identify(&path).unwrap_or(identity);
+    claim.follow(&identity);
     let checked = config::check_bytes(&bytes, &source, &Host::detect());
     let rendered = diagnostic::render(&shown, &checked.text, &checked.diagnostics);
     let Some(desired) = checked.desired else {
@@ -551,6 +562,7 @@ pub fn run(cli: &Cli) -> ExitCode {
             sockets,
             watcher,
             initial_hash,
+            identity,
             claim,
             logs,
         };

@@ -248,6 +248,14 @@ fn megabytes(bytes: u64) -> String {
     format!("{:.1} MB", bytes as f64 / 1e6)
 }
 
+/// A CPU share for the table. The sum over no process at all is -0.0 in
+/// IEEE arithmetic (and Rust's `Sum` for floats starts there), which would
+/// print as `-0.0%`; nothing here is below zero, so it prints `0.0%`.
+fn percent(cpu: f64) -> String {
+    let cpu = if cpu > 0.0 { cpu } else { 0.0 };
+    format!("{cpu:.1}%")
+}
+
 /// Ask for the status, as the shared reply type.
 pub fn ask_status(socket: &Path) -> Result<StatusReply, Failure> {
     let value = ask(socket, Command::Status)?;
@@ -293,7 +301,7 @@ pub fn status(socket: &Path, all: bool, json: bool) -> Result<(), Failure> {
                 format!("{ready}/{}", app.workers.len()),
                 restarts.to_string(),
                 String::new(),
-                format!("{cpu:.1}%"),
+                percent(cpu),
                 megabytes(rss),
                 String::new(),
                 "(--all for each)".to_string(),
@@ -309,9 +317,7 @@ pub fn status(socket: &Path, all: bool, json: bool) -> Result<(), Failure> {
                 if worker.ready { "yes" } else { "no" }.to_string(),
                 worker.restarts.to_string(),
                 worker.uptime_s.map_or("-".into(), duration),
-                worker
-                    .cpu_percent
-                    .map_or("-".into(), |c| format!("{c:.1}%")),
+                worker.cpu_percent.map_or("-".into(), percent),
                 worker.rss_bytes.map_or("-".into(), megabytes),
                 worker.last_exit.clone().unwrap_or_else(|| "-".into()),
                 worker.status.clone().unwrap_or_default(),
@@ -545,5 +551,15 @@ mod tests {
             "gave up after {:?}",
             started.elapsed()
         );
+    }
+
+    #[test]
+    fn no_cpu_at_all_is_zero_not_minus_zero() {
+        let none: f64 = std::iter::empty::<f64>().sum();
+        assert_eq!(percent(none), "0.0%");
+        assert_eq!(percent(-0.0), "0.0%");
+        assert_eq!(percent(f64::NAN), "0.0%");
+        assert_eq!(percent(0.04), "0.0%");
+        assert_eq!(percent(12.34), "12.3%");
     }
 }

@@ -2,7 +2,9 @@
 //! ecosystem file should be, the same file reached through a symlink, a hard
 //! link or a bind mount, a swapped release directory, a deleted `cwd`, a file
 //! made unreadable, edits landing in the middle of a rollout or a reload, a
-//! Kubernetes ConfigMap swap that deletes the old data, and `scale` below zero.
+//! Kubernetes ConfigMap swap that deletes the old data, `scale` below zero,
+//! the file moved away and copied back, and what runs leave in the runtime
+//! directory.
 //!
 //! Each test records every broken promise it sees (not only the first) and
 //! fails with all of them, so one run says exactly what is wrong. Every wait
@@ -119,13 +121,66 @@ fn run_bounded(command: &mut Command, limit: Duration) -> Outcome {
 
 /// `supervise ARGS` as a client of `s` (its directory, its runtime directory).
 fn client(s: &Supervised, args: &[&str], limit: Duration) -> Outcome {
+    client_in(s.dir.path(), args, limit)
+}
+
+/// `supervise ARGS` in `dir`, with the runtime directory of `dir`.
+fn client_in(dir: &Path, args: &[&str], limit: Duration) -> Outcome {
     run_bounded(
         Command::new(binary())
-            .current_dir(s.dir.path())
-            .env("XDG_RUNTIME_DIR", runtime_dir(s.dir.path()))
+            .current_dir(dir)
+            .env("XDG_RUNTIME_DIR", runtime_dir(dir))
             .args(args),
         limit,
     )
+}
+
+/// A supervisor this test started and means to let run (in `dir`, with the
+/// runtime directory of `dir`); SIGKILLed by pid if the test ends first —
+/// its undertaker then kills its workers.
+struct Running(std::process::Child);
+
+impl Running {
+    fn start(dir: &Path, file: &Path) -> Running {
+        let child = Command::new(binary())
+            .current_dir(dir)
+            .env("XDG_RUNTIME_DIR", runtime_dir(dir))
+            .env_remove("NOTIFY_SOCKET")
+            .arg("--log-format")
+            .arg("json")
+            .arg("-f")
+            .arg(file)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the binary runs");
+        Running(child)
+    }
+
+    fn pid(&self) -> i32 {
+        self.0.id() as i32
+    }
+
+    /// SIGTERM, then wait up to `limit` for the exit: its status, if it exited.
+    fn stop(&mut self, limit: Duration) -> Option<ExitStatus> {
+        kill(self.pid(), libc::SIGTERM);
+        let mut status = None;
+        eventually(limit, || {
+            status = self.0.try_wait().expect("try_wait");
+            status.is_some()
+        });
+        status
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
 }
 
 /// A second `supervise -f FILE` next to `s` (same runtime directory), which
@@ -878,4 +933,161 @@ fn case8_scale_below_zero_is_refused_and_a_non_number_is_a_usage_error() {
         "the running count changed".into()
     });
     findings.finish(Some(&s));
+}
+
+// ------------------------------------ 9. the file moved away and copied back
+
+/// Whether the `status` reply came from the supervisor of the file `name`.
+fn serves(status: &Value, name: &str) -> bool {
+    status["file"]
+        .as_str()
+        .is_some_and(|file| Path::new(file).file_name() == Some(name.as_ref()))
+}
+
+#[test]
+fn case9_a_file_moved_away_and_copied_back_no_longer_leads_to_the_supervisor() {
+    let mut findings = Findings::default();
+    let mut s = Supervised::start(&sleeper(1, ""));
+    s.wait_event("spawned", "web");
+    let file = s.path("ecosystem.yaml");
+    let backup = s.path("backup.yaml");
+    // `mv ecosystem.yaml backup.yaml; cp backup.yaml ecosystem.yaml`: the
+    // supervisor's file is still ecosystem.yaml (same place, same content);
+    // its old inode is backup.yaml now, another file.
+    std::fs::rename(&file, &backup).unwrap();
+    std::fs::copy(&backup, &file).unwrap();
+
+    // Once the supervisor has seen the swap, backup.yaml leads nowhere.
+    let mut last = None;
+    let released = poll(WAIT, Duration::from_millis(100), || {
+        let (outcome, _) = status_json(&s, &["-f", "backup.yaml"], Duration::from_secs(5));
+        let done = outcome.code() == Some(3);
+        last = Some(outcome);
+        done
+    });
+    findings.check(released, || {
+        format!(
+            "`status -f backup.yaml` still reached a supervisor 20 s after the swap (expected exit 3); last: {}",
+            last.take().map_or(String::new(), |o| o.describe())
+        )
+    });
+    // ecosystem.yaml still leads to it.
+    let (outcome, json) = status_json(&s, &["-f", "ecosystem.yaml"], Duration::from_secs(5));
+    findings.check(
+        json.as_ref().is_some_and(|j| serves(j, "ecosystem.yaml")),
+        || {
+            format!(
+                "`status -f ecosystem.yaml` did not reach the supervisor; {}",
+                outcome.describe()
+            )
+        },
+    );
+    // `scale` through backup.yaml finds no supervisor before editing anything.
+    let before = std::fs::read_to_string(&backup).unwrap();
+    let scaled = client(
+        &s,
+        &["-f", "backup.yaml", "scale", "web", "3"],
+        Duration::from_secs(10),
+    );
+    findings.check(scaled.code() == Some(3), || {
+        format!(
+            "`scale -f backup.yaml web 3`: expected exit 3 (no supervisor); {}",
+            scaled.describe()
+        )
+    });
+    findings.check(std::fs::read_to_string(&backup).unwrap() == before, || {
+        "`scale -f backup.yaml` edited backup.yaml".into()
+    });
+
+    // backup.yaml may have a supervisor of its own now.
+    let mut other = Running::start(s.dir.path(), Path::new("backup.yaml"));
+    let mut last = None;
+    let answered = poll(WAIT, Duration::from_millis(100), || {
+        let (outcome, json) = status_json(&s, &["-f", "backup.yaml"], Duration::from_secs(5));
+        let done = json.as_ref().is_some_and(|j| serves(j, "backup.yaml"));
+        last = Some(outcome);
+        done
+    });
+    findings.check(answered, || {
+        format!(
+            "a second supervisor on backup.yaml never answered (refused?); last status: {}",
+            last.take().map_or(String::new(), |o| o.describe())
+        )
+    });
+    let (outcome, json) = status_json(&s, &["-f", "ecosystem.yaml"], Duration::from_secs(5));
+    findings.check(
+        json.as_ref().is_some_and(|j| serves(j, "ecosystem.yaml")),
+        || {
+            format!(
+                "with both running, `status -f ecosystem.yaml` did not reach the first; {}",
+                outcome.describe()
+            )
+        },
+    );
+    let stopped = other.stop(Duration::from_secs(10));
+    findings.check(stopped.is_some_and(|st| st.success()), || {
+        format!("the supervisor of backup.yaml did not stop cleanly on SIGTERM: {stopped:?}")
+    });
+    findings.check(!is_gone(s.pid()), || "the first supervisor died".into());
+    let (outcome, json) = status_json(&s, &["-f", "ecosystem.yaml"], Duration::from_secs(5));
+    findings.check(
+        json.as_ref().is_some_and(|j| serves(j, "ecosystem.yaml")),
+        || {
+            format!(
+                "after the second stopped, `status -f ecosystem.yaml` did not reach the first; {}",
+                outcome.describe()
+            )
+        },
+    );
+    findings.finish(Some(&s));
+}
+
+// ------------------------------------ 10. what runs leave in the runtime dir
+
+/// The names in the runtime directory of `dir`.
+fn runtime_entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(runtime_dir(dir).join("supervise"))
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+#[test]
+fn case10_clean_runs_leave_nothing_in_the_runtime_directory() {
+    let mut findings = Findings::default();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ecosystem.yaml");
+    for run in 1..=3 {
+        // A new inode each time (an editor's save), as files are between runs.
+        save(&file, &sleeper(1, &format!("# run {run}\n")));
+        let mut supervisor = Running::start(dir.path(), Path::new("ecosystem.yaml"));
+        let answered = poll(WAIT, Duration::from_millis(50), || {
+            client_in(dir.path(), &["status", "--json"], Duration::from_secs(5)).code() == Some(0)
+        });
+        findings.check(answered, || format!("run {run}: status never answered"));
+        if run == 2 {
+            // Saved while it runs: it follows the file to its new inode.
+            save(&file, &sleeper(2, "# run 2, edited\n"));
+            let followed = poll(WAIT, Duration::from_millis(100), || {
+                let outcome = client_in(dir.path(), &["status", "--json"], Duration::from_secs(5));
+                serde_json::from_str::<Value>(&outcome.stdout).is_ok_and(|j| j["version"] == 2)
+            });
+            findings.check(followed, || "run 2: the edit was never applied".into());
+        }
+        let stopped = supervisor.stop(Duration::from_secs(10));
+        findings.check(stopped.is_some_and(|st| st.success()), || {
+            format!("run {run}: no clean exit on SIGTERM: {stopped:?}")
+        });
+        let left = runtime_entries(dir.path());
+        findings.check(left.is_empty(), || {
+            format!("run {run} left {left:?} in the runtime directory")
+        });
+    }
+    findings.finish(None);
 }

@@ -18,6 +18,7 @@ pub mod output;
 pub mod probe;
 pub mod procfs;
 pub mod runtime;
+pub mod signals;
 pub mod sockets;
 pub mod spawn;
 pub mod system;

@@ -12,7 +12,10 @@
 //! (re-resolved after each change), and treat any event there as "maybe
 //! changed": debounce, read, and compare a content hash. Only a real change is
 //! checked and reported, once per burst; SIGHUP re-reads even an unchanged
-//! file (its `env_file`s may have changed). A stat poll every
+//! file (its `env_file`s may have changed). A file replaced by the same
+//! content (`mv f f.bak; cp f.bak f`) is reported too, as
+//! [`Load::Unchanged`]: what the file *is* changed, and the supervisor's
+//! claim in the runtime directory must follow it. A stat poll every
 //! [`POLL_INTERVAL`] is the backstop for filesystems without inotify.
 
 use std::collections::BTreeSet;
@@ -55,7 +58,8 @@ pub struct Loaded {
     /// Why it was read: "the file changed", "SIGHUP".
     pub trigger: String,
     pub load: Load,
-    /// What the file is now (for the runtime directory's aliases).
+    /// What the file is now (for the supervisor's claim on the runtime
+    /// directory); for a file that is not there, only its place.
     pub identity: Option<FileIdentity>,
 }
 
@@ -71,6 +75,9 @@ pub enum Load {
     Invalid { rendered: String, summary: String },
     /// It could not be read (permission denied, a FIFO, gone).
     Unreadable { message: String },
+    /// The same content as the last version seen, in what is now another
+    /// file (moved away and copied back, linked): only `identity` is news.
+    Unchanged,
 }
 
 /// The watching half, created (and watching) before the file's first read.
@@ -157,10 +164,12 @@ impl FileWatcher {
 
     /// Run the loader thread: read and check the file whenever its content
     /// differs from the last seen (starting from `initial`) or a reread is
-    /// asked for, and send the result to `loaded` until that closes.
+    /// asked for, and send the result to `loaded` until that closes; say
+    /// when only what the file is changed (starting from `identity`).
     pub fn spawn(
         self,
         initial: [u8; 32],
+        identity: Option<FileIdentity>,
         loaded: mpsc::Sender<Loaded>,
     ) -> std::io::Result<Rereader> {
         let rereader = Rereader {
@@ -170,12 +179,19 @@ impl FileWatcher {
         let requested = rereader.requested.clone();
         std::thread::Builder::new()
             .name("supervise-config".into())
-            .spawn(move || self.run(initial, &requested, &loaded))?;
+            .spawn(move || self.run(initial, identity, &requested, &loaded))?;
         Ok(rereader)
     }
 
-    fn run(mut self, initial: [u8; 32], requested: &AtomicBool, loaded: &mpsc::Sender<Loaded>) {
+    fn run(
+        mut self,
+        initial: [u8; 32],
+        identity: Option<FileIdentity>,
+        requested: &AtomicBool,
+        loaded: &mpsc::Sender<Loaded>,
+    ) {
         let mut last_hash = initial;
+        let mut last_identity = identity;
         let mut last_stat = stat_chain(&self.path);
         let mut last_problem: Option<String> = None;
         loop {
@@ -202,14 +218,30 @@ impl FileWatcher {
                     }
                     last_problem = Some(message.clone());
                     let load = Load::Unreadable { message };
-                    if send(loaded, trigger, load, None).is_err() {
+                    // Gone: only its place is left to it (its inode is
+                    // another file's now, or free for reuse).
+                    let identity = runtime::identify(&self.path)
+                        .ok()
+                        .or_else(|| runtime::identify_absent(&self.path));
+                    if identity.is_some() {
+                        last_identity.clone_from(&identity);
+                    }
+                    if send(loaded, trigger, load, identity).is_err() {
                         return;
                     }
                     continue;
                 }
             };
             let hash = content_hash(&bytes);
+            let identity = runtime::identify(&self.path).ok();
             if hash == last_hash && !reread && last_problem.is_none() {
+                if identity.is_some() && identity != last_identity {
+                    last_identity.clone_from(&identity);
+                    let trigger = "the file was replaced";
+                    if send(loaded, trigger, Load::Unchanged, identity).is_err() {
+                        return;
+                    }
+                }
                 continue;
             }
             last_hash = hash;
@@ -227,7 +259,9 @@ impl FileWatcher {
                 },
             };
             last_problem = None;
-            let identity = runtime::identify(&self.path).ok();
+            if identity.is_some() {
+                last_identity.clone_from(&identity);
+            }
             if send(loaded, trigger, load, identity).is_err() {
                 return;
             }

@@ -1,7 +1,8 @@
 //! A new version of the file, checked by the config loader off this thread:
 //! valid → bind the sockets it adds, then hand it to the core; invalid or
 //! unreadable → say so (in the log and in `status`) and keep running the last
-//! good version.
+//! good version; the same content in what is now another file changes
+//! nothing here.
 
 use std::time::{Instant, SystemTime};
 
@@ -63,6 +64,9 @@ impl<E: Effects> Supervisor<E> {
                 );
                 self.config_error = Some(message);
             }
+            // The same content in another file: only the claim on the
+            // runtime directory changes (the loop has seen to it).
+            Load::Unchanged => {}
         }
     }
 }

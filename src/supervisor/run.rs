@@ -1,7 +1,8 @@
 //! The real event sources around a [`Supervisor`]: signals (one SIGCHLD
-//! stream, SIGINT, SIGTERM, SIGHUP), the config loader, exec-status reports,
-//! probes, the notify socket, the control socket, and the timer the core asks
-//! for. One task owns the supervisor; everything else sends it messages.
+//! stream, SIGINT, SIGTERM, SIGHUP; SIGUSR1 and SIGUSR2 are logged and
+//! ignored), the config loader, exec-status reports, probes, the notify
+//! socket, the control socket, and the timer the core asks for. One task owns
+//! the supervisor; everything else sends it messages.
 //!
 //! News that comes in bursts (5,000 exec reports at start, a storm of exits)
 //! is taken in batches of at most [`BATCH`] before the core converges once,
@@ -20,7 +21,8 @@ use super::{Event, Supervisor};
 use crate::control::{Command, error_reply};
 use crate::effects::control::{self as control_socket, CONTROL_QUEUE, LogHub};
 use crate::effects::notify::NotifySocket;
-use crate::effects::runtime::Claim;
+use crate::effects::runtime::{Claim, FileIdentity};
+use crate::effects::signals;
 use crate::effects::sockets::SocketRegistry;
 use crate::effects::system::{Reports, Setup, System};
 use crate::effects::watch::FileWatcher;
@@ -38,7 +40,8 @@ const HELPER_EXIT_WAIT: Duration = Duration::from_secs(2);
 
 /// Everything the loop starts from: the first version of the file (its
 /// sockets bound), the effects' set-up, the watcher (watching since before
-/// the first read), and the claim on the runtime directory.
+/// the first read), and the claim on the runtime directory (held under
+/// `identity`, what the file was at the first read).
 pub struct Launch {
     pub desired: Desired,
     pub shown: String,
@@ -46,6 +49,7 @@ pub struct Launch {
     pub sockets: SocketRegistry,
     pub watcher: FileWatcher,
     pub initial_hash: [u8; 32],
+    pub identity: FileIdentity,
     pub claim: Claim,
     pub logs: std::sync::Arc<LogHub>,
 }
@@ -59,6 +63,7 @@ pub async fn run(launch: Launch) -> std::io::Result<()> {
         sockets,
         watcher,
         initial_hash,
+        identity,
         mut claim,
         logs,
     } = launch;
@@ -66,8 +71,14 @@ pub async fn run(launch: Launch) -> std::io::Result<()> {
     let mut interrupts = signal(SignalKind::interrupt())?;
     let mut terminates = signal(SignalKind::terminate())?;
     let mut hangups = signal(SignalKind::hangup())?;
+    let mut user1 = signal(SignalKind::user_defined1())?;
+    let mut user2 = signal(SignalKind::user_defined2())?;
     let (loaded, mut configs) = mpsc::channel(CONFIG_QUEUE);
-    let rereader = watcher.spawn(initial_hash, loaded)?;
+    let rereader = watcher.spawn(initial_hash, Some(identity), loaded)?;
+    // A SIGHUP during the start-up (see effects::signals) asked for this.
+    if signals::take_early_hangup() {
+        rereader.reread();
+    }
     let (probes_sender, mut probes) = mpsc::channel(EVENT_QUEUE);
     let (exec_sender, mut exec_reports) = mpsc::channel(EVENT_QUEUE);
     // One pending "an instance's processes changed" is enough: they coalesce.
@@ -123,6 +134,8 @@ pub async fn run(launch: Launch) -> std::io::Result<()> {
             _ = interrupts.recv() => supervisor.handle(Event::Interrupt),
             _ = terminates.recv() => supervisor.handle(Event::Terminate),
             _ = hangups.recv() => rereader.reread(),
+            _ = user1.recv() => ignored("SIGUSR1"),
+            _ = user2.recv() => ignored("SIGUSR2"),
             Some(loaded) = configs.recv() => {
                 if let Some(identity) = &loaded.identity {
                     claim.follow(identity);
@@ -197,6 +210,16 @@ pub async fn run(launch: Launch) -> std::io::Result<()> {
     tracking.teardown();
     sink.flush(Duration::from_secs(1));
     Ok(())
+}
+
+/// A signal that means nothing to a supervisor: said, and otherwise ignored
+/// (its default action would kill us, and the workers with us).
+fn ignored(name: &str) {
+    info!(
+        event = "signal_ignored",
+        signal = name,
+        "{name} received; it means nothing to supervise (SIGHUP re-reads the file)"
+    );
 }
 
 /// Each instance's memory and CPU time: from its cgroup where it has one
