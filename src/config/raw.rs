@@ -75,10 +75,10 @@ pub struct AppFields {
     /// Give up (state `failed`) after `count` restarts within `within`. Default: never give up.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_restarts: Option<MaxRestarts>,
-    /// The signal sent to the process group to stop it. Default SIGTERM.
+    /// The signal sent to every process of an instance to stop it. Default SIGTERM.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_signal: Option<String>,
-    /// Then SIGKILL to the whole process group. Default 10s.
+    /// Then SIGKILL to every process of the instance. Default 10s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kill_timeout: Option<DurationText>,
     /// Rolling replacement limits.

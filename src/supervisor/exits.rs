@@ -1,6 +1,6 @@
 //! Exits and draining: every exited child is reaped (adopted descendants
 //! too: we are a subreaper, and no zombie may stay), and a stopping worker's
-//! stop ends once its whole process group is empty.
+//! stop ends once every process of its instance is gone.
 
 use std::time::Instant;
 

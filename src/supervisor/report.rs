@@ -162,7 +162,7 @@ pub fn event(event: &Event, shown: &str) {
             info!(
                 event = "stopping", app = %instance.app, slot = instance.slot, pid,
                 generation = instance.generation, reason = why, uptime_ms = millis(*uptime),
-                "{} stopping ({why}): {} to process group {pid}", label(instance), signal.as_str()
+                "{} stopping ({why}): {} to its processes (leader pid {pid})", label(instance), signal.as_str()
             );
         }
         Event::Killing {
@@ -171,7 +171,7 @@ pub fn event(event: &Event, shown: &str) {
             kill_timeout,
         } => warn!(
             event = "killing", app = %instance.app, slot = instance.slot, pid,
-            "{} did not stop within kill_timeout {}: SIGKILL to process group {pid}",
+            "{} did not stop within kill_timeout {}: SIGKILL to its processes (leader pid {pid})",
             label(instance), short_duration(*kill_timeout)
         ),
         Event::Stopped {

@@ -25,7 +25,7 @@ pub enum State {
         started: Instant,
         since: Instant,
     },
-    /// Told to stop; done when its whole process group is empty.
+    /// Told to stop; done when every process of its instance is gone.
     Stopping {
         pid: i32,
         since: Instant,
