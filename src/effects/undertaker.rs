@@ -215,6 +215,8 @@ pub fn serve(read: OwnedFd, orders: &Orders) {
             libc::SIGHUP,
             libc::SIGQUIT,
             libc::SIGPIPE,
+            libc::SIGUSR1,
+            libc::SIGUSR2,
         ] {
             libc::signal(signal, libc::SIG_IGN);
         }
