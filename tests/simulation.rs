@@ -269,7 +269,15 @@ fn check_seed(seed: u64) {
             steps.len(),
             violation.0,
             apps.iter()
-                .map(|a| (&a.name, a.instances, &a.ready, a.reload, a.restart))
+                .map(|a| (
+                    &a.name,
+                    a.instances,
+                    &a.ready,
+                    a.reload,
+                    a.restart,
+                    a.max_restarts.map(|m| m.count),
+                    a.kill_timeout
+                ))
                 .collect::<Vec<_>>(),
             minimal.len(),
             minimal_violation.0,
@@ -676,6 +684,19 @@ fn found_seed_32005_a_kill_timeout_edit_reaches_stops_in_flight() {
             Step::Sigterm,
         ],
     );
+}
+
+/// Seeds 120197, 1023560 and 1408409, found past the first 100,000 by a
+/// hostile run: in a halted rollout, an old worker in backoff beside a held
+/// replacement was never restarted nor removed (and counted against
+/// `N + max_surge`, so nothing else started), a restart left an old and a new
+/// pending worker in one slot for good, and two old generations both kept
+/// serving one slot. Replayed whole (their schedules are the regression).
+#[test]
+fn found_seeds_past_100000_a_halted_rollout_keeps_one_worker_per_slot() {
+    for seed in [120_197, 1_023_560, 1_408_409] {
+        check_seed(seed);
+    }
 }
 
 /// A start of hundreds goes [`SPAWNS_PER_TURN`] per turn of the loop, so

@@ -251,6 +251,24 @@ pub fn reconcile(target: Target<'_>, workers: &Workers, now: Instant) -> Plan {
                 retire(worker, &mut plan);
                 continue;
             }
+            if halted && replacing && !worker.state.is_ready() {
+                let serving = outdated.iter().any(|old| old.state.is_running());
+                if matches!(worker.state, State::Pending) && serving {
+                    // Halted: no replacement starts while an old one serves.
+                    plan.steps.push(Step::Remove { id: worker.id });
+                    occupied = occupied.saturating_sub(1);
+                    continue;
+                }
+                // A held slot keeps nothing running; otherwise the newest
+                // old worker that runs keeps serving beside the replacement
+                // in flight, and the rest give way.
+                let keep = if worker.state == State::Held {
+                    None
+                } else {
+                    newest_running(outdated)
+                };
+                give_way(outdated, keep, &mut plan, &mut occupied, &mut ready);
+            }
             drive(worker, spec, now, !rolling || occupied <= limit, &mut plan);
             if worker.state.is_ready() {
                 for old in outdated {
@@ -258,14 +276,6 @@ pub fn reconcile(target: Target<'_>, workers: &Workers, now: Instant) -> Plan {
                 }
             } else if !halted {
                 supersede(outdated, &mut plan, &mut occupied, &mut ready);
-            } else {
-                // Halted: old workers keep serving, but one that neither
-                // serves nor restarts (held, failed, exited) gives way.
-                for old in outdated {
-                    if matches!(old.state, State::Held | State::Failed | State::Exited) {
-                        plan.steps.push(Step::Remove { id: old.id });
-                    }
-                }
             }
             continue;
         }
@@ -284,9 +294,20 @@ pub fn reconcile(target: Target<'_>, workers: &Workers, now: Instant) -> Plan {
             continue;
         }
         if halted {
-            // Old workers keep serving, and restarting with their own
-            // definition, until the next generation.
-            for old in outdated {
+            // One old worker keeps serving, and restarting with its own
+            // definition, until the next generation: the newest that runs,
+            // else the newest that will; the rest give way.
+            let keep = newest_running(outdated).or_else(|| {
+                outdated
+                    .iter()
+                    .rev()
+                    .find(|w| matches!(w.state, State::Pending | State::Backoff { .. }))
+                    .map(|w| w.id)
+            });
+            if let Some(keep) = keep {
+                give_way(outdated, Some(keep), &mut plan, &mut occupied, &mut ready);
+            }
+            for old in outdated.iter().filter(|w| Some(w.id) == keep) {
                 drive(old, spec, now, occupied <= limit, &mut plan);
             }
             continue;
@@ -322,6 +343,42 @@ fn supersede(outdated: &[&Worker], plan: &mut Plan, occupied: &mut usize, ready:
         match old.state {
             State::Ready { .. } | State::Stopping { .. } | State::Spawning => {}
             State::Starting { .. } => {
+                *ready -= usize::from(retire(old, plan));
+            }
+            State::Pending | State::Backoff { .. } => {
+                plan.steps.push(Step::Remove { id: old.id });
+                *occupied = occupied.saturating_sub(1);
+            }
+            State::Failed | State::Exited | State::Held => {
+                plan.steps.push(Step::Remove { id: old.id });
+            }
+        }
+    }
+}
+
+/// The newest of `outdated` (oldest first) that runs.
+fn newest_running(outdated: &[&Worker]) -> Option<WorkerId> {
+    outdated
+        .iter()
+        .rev()
+        .find(|w| w.state.is_running())
+        .map(|w| w.id)
+}
+
+/// In a halted rollout, every old worker of a slot but `keep` goes: one
+/// that runs is stopped, one without a process is forgotten; a stopping one
+/// is on its way already.
+fn give_way(
+    outdated: &[&Worker],
+    keep: Option<WorkerId>,
+    plan: &mut Plan,
+    occupied: &mut usize,
+    ready: &mut usize,
+) {
+    for old in outdated.iter().filter(|w| Some(w.id) != keep) {
+        match old.state {
+            State::Stopping { .. } | State::Spawning => {}
+            State::Starting { .. } | State::Ready { .. } => {
                 *ready -= usize::from(retire(old, plan));
             }
             State::Pending | State::Backoff { .. } => {

@@ -172,10 +172,27 @@ impl World {
                     State::Ready { .. } | State::Failed | State::Exited | State::Held
                 );
                 if !settled {
+                    let all: Vec<String> = app
+                        .workers
+                        .values()
+                        .map(|w| {
+                            format!(
+                                "slot {} gen {} {} last {:?}",
+                                w.slot,
+                                w.generation,
+                                w.state.name(),
+                                w.last_outcome
+                            )
+                        })
+                        .collect();
                     return Err(Violation(format!(
-                        "{name}.{} is {} after the quiet time",
+                        "{name}.{} is {} after the quiet time; app gen {} halted {} instances {} workers {:?}",
                         worker.slot,
-                        worker.state.name()
+                        worker.state.name(),
+                        app.generation,
+                        app.rollout_halted,
+                        app.spec.instances,
+                        all
                     )));
                 }
                 if worker.generation != app.generation
@@ -191,8 +208,22 @@ impl World {
             for slot in 0..app.spec.instances {
                 let count = app.workers.values().filter(|w| w.slot == slot).count();
                 if count != 1 {
+                    let all: Vec<String> = app
+                        .workers
+                        .values()
+                        .map(|w| {
+                            format!(
+                                "slot {} gen {} {} last {:?}",
+                                w.slot,
+                                w.generation,
+                                w.state.name(),
+                                w.last_outcome
+                            )
+                        })
+                        .collect();
                     return Err(Violation(format!(
-                        "{name}.{slot} has {count} workers after the quiet time"
+                        "{name}.{slot} has {count} workers after the quiet time; gen {} halted {} {:?}",
+                        app.generation, app.rollout_halted, all
                     )));
                 }
             }
