@@ -1,6 +1,6 @@
 //! The command line: argument parsing, `check`, `schema`, and `run`, which
 //! sets up the process (lock, limits, subreaper, undertaker, output) and hands
-//! over to the [`Supervisor`].
+//! over to the [`Supervisor`](crate::supervisor::Supervisor).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -444,10 +444,17 @@ pub fn run(cli: &Cli) -> ExitCode {
     };
     // While single-threaded: this may move the whole process into a cgroup,
     // and the helpers started next are born there.
-    let tracking = Tracking::choose(
+    let tracking = match Tracking::choose(
         &identity.keys[identity.keys.len() - 1],
+        &dir,
         cli.cgroups == CgroupMode::Auto,
-    );
+    ) {
+        Ok(tracking) => tracking,
+        Err(running) => {
+            err(&format!("error: {shown} is {running}\n"));
+            return ExitCode::from(exit::INVALID);
+        }
+    };
     let undertaker = match Undertaker::start(tracking.undertaker_orders()) {
         Ok(undertaker) => undertaker,
         Err(error) => {
@@ -581,29 +588,26 @@ pub fn run(cli: &Cli) -> ExitCode {
 /// Say once how instances are tracked, and what a previous run left.
 fn report_tracking(tracking: &Tracking) {
     match tracking {
-        Tracking::Cgroups(run) => {
-            tracing::info!(
-                event = "tracking",
-                mode = "cgroup",
-                "processes tracked by {}",
-                tracking.describe()
-            );
-            if run.leftovers > 0 {
-                tracing::warn!(
-                    event = "leftovers_killed",
-                    count = run.leftovers,
-                    "killed {} processes left by a previous run of this file (in its cgroups under {})",
-                    run.leftovers,
-                    run.base.display()
-                );
-            }
-        }
+        Tracking::Cgroups(_) => tracing::info!(
+            event = "tracking",
+            mode = "cgroup",
+            "processes tracked by {}",
+            tracking.describe()
+        ),
         Tracking::Environment { .. } => tracing::warn!(
             event = "tracking",
             mode = "environment",
-            "processes tracked by {}: a descendant that escapes its process group and clears its environment is not found",
+            "processes tracked by {}: an orphan that leaves its process group and clears its environment is not found",
             tracking.describe()
         ),
+    }
+    let leftovers = tracking.leftovers();
+    if leftovers > 0 {
+        tracing::warn!(
+            event = "leftovers_killed",
+            count = leftovers,
+            "killed {leftovers} processes left by a previous run of this file"
+        );
     }
 }
 

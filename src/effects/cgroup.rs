@@ -17,7 +17,9 @@
 //! ```
 //!
 //! Instances are born in their cgroup (the spawner forks with
-//! `CLONE_INTO_CGROUP`). A stop ends when `cgroup.events` says
+//! `CLONE_INTO_CGROUP`); a worker may make cgroups below its own, which are
+//! walked (iteratively, bounded by [`MAX_SUBTREE`]) when signalling,
+//! counting and removing. A stop ends when `cgroup.events` says
 //! `populated 0`, which is watched with inotify; `cgroup.kill` is the
 //! SIGKILL. CPU time comes from `cpu.stat` (always there), memory from
 //! `memory.current` where the memory controller is on. When supervise starts
@@ -28,6 +30,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// The most cgroups one walk of a tree visits.
+pub const MAX_SUBTREE: usize = 10_000;
 /// How many times [`signal`] looks again for processes forked meanwhile.
 pub const SIGNAL_PASSES: usize = 8;
 /// How long to wait for a killed cgroup to empty before giving up on removing it.
@@ -114,15 +118,16 @@ pub fn kill(cgroup: &Path) -> io::Result<()> {
     std::fs::write(cgroup.join("cgroup.kill"), b"1")
 }
 
-/// Send `signal` to every process of a cgroup (not its descendants), again
+/// Send `signal` to every process of a cgroup and its descendants, again
 /// while a pass finds processes the last did not (forked meanwhile), at
-/// most [`SIGNAL_PASSES`] times — what systemd does. Returns how many
-/// processes were signalled.
-pub fn signal(cgroup: &Path, signal: i32) -> usize {
+/// most [`SIGNAL_PASSES`] times — what systemd does. Returns the
+/// processes signalled.
+pub fn signal(cgroup: &Path, signal: i32) -> std::collections::HashSet<i32> {
     let mut signalled = std::collections::HashSet::new();
     for _ in 0..SIGNAL_PASSES {
-        let fresh: Vec<i32> = pids(cgroup)
-            .into_iter()
+        let fresh: Vec<i32> = subtree(cgroup)
+            .iter()
+            .flat_map(|c| pids(c))
             .filter(|pid| !signalled.contains(pid))
             .collect();
         if fresh.is_empty() {
@@ -136,7 +141,7 @@ pub fn signal(cgroup: &Path, signal: i32) -> usize {
             signalled.insert(pid);
         }
     }
-    signalled.len()
+    signalled
 }
 
 /// The pids in a cgroup (not its descendants).
@@ -190,30 +195,40 @@ pub fn clear(root: &Path) -> usize {
 }
 
 /// Processes in a cgroup and every cgroup below it.
-fn count_processes(root: &Path) -> usize {
-    let below: usize = children(root).iter().map(|c| count_processes(c)).sum();
-    pids(root).len() + below
+/// How many processes a cgroup and its descendants hold.
+pub fn count_processes(root: &Path) -> usize {
+    subtree(root).iter().map(|c| pids(c).len()).sum()
 }
 
-fn children(cgroup: &Path) -> Vec<PathBuf> {
-    std::fs::read_dir(cgroup)
-        .map(|entries| {
-            entries
-                .flatten()
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                .map(|e| e.path())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Remove a cgroup and every (empty) cgroup below it; what still holds a
-/// process stays.
-pub fn remove_tree(root: &Path) {
-    for child in children(root) {
-        remove_tree(&child);
+/// A cgroup and its descendants, parents before children, at most
+/// [`MAX_SUBTREE`] (a worker may nest cgroups below its own; no recursion,
+/// so no depth can exhaust the stack).
+fn subtree(root: &Path) -> Vec<PathBuf> {
+    let mut found = vec![root.to_path_buf()];
+    let mut next = 0;
+    while next < found.len() && found.len() < MAX_SUBTREE {
+        let below = std::fs::read_dir(&found[next])
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        found.extend(below);
+        next += 1;
     }
-    let _ = std::fs::remove_dir(root);
+    found.truncate(MAX_SUBTREE);
+    found
+}
+
+/// Remove a cgroup tree that no longer holds processes, deepest first
+/// (what still holds one stays).
+pub fn remove_tree(root: &Path) {
+    for cgroup in subtree(root).iter().rev() {
+        let _ = std::fs::remove_dir(cgroup);
+    }
 }
 
 #[cfg(test)]

@@ -41,6 +41,9 @@ pub const ADOPTED_SCAN_TTL: Duration = Duration::from_millis(20);
 /// The most processes one walk of an instance's tree visits (a bound on
 /// the work of one question, whatever a worker forks).
 pub const MAX_TREE: usize = 100_000;
+/// Without cgroups, how many times killing an instance's leftovers looks
+/// again for processes forked before their parent got its SIGKILL.
+pub const LEFTOVER_ROUNDS: usize = 32;
 
 /// Where a process about to be started goes.
 #[derive(Debug)]
@@ -87,6 +90,9 @@ pub struct Groups {
     adopted_read: Option<Instant>,
     /// Adopted processes killed at shutdown, to reap.
     reap_wait: usize,
+    /// Instances sent SIGKILL (without cgroups): whatever is found of them
+    /// later (forked meanwhile) is SIGKILLed too.
+    killed: HashSet<i32>,
 }
 
 impl Groups {
@@ -112,6 +118,7 @@ impl Groups {
             adopted: HashMap::new(),
             adopted_read: None,
             reap_wait: 0,
+            killed: HashSet::new(),
         }
     }
 
@@ -252,10 +259,24 @@ impl Groups {
     /// to its process group and the carriers of its token outside it.
     pub fn signal(&mut self, pgid: i32, signal: Signal) {
         if let Some(cgroup) = self.groups.get(&pgid).and_then(|g| g.cgroup.as_ref()) {
-            if signal != Signal::SIGKILL || cgroup::kill(cgroup).is_err() {
-                cgroup::signal(cgroup, signal as i32);
+            let killed = signal == Signal::SIGKILL && cgroup::kill(cgroup).is_ok();
+            let signalled = if killed {
+                HashSet::new()
+            } else {
+                cgroup::signal(cgroup, signal as i32)
+            };
+            // The leader is our child, so its pid is its own until we reap
+            // it: reached even if it moved itself to another cgroup.
+            if !signalled.contains(&pgid) && procfs::state(pgid).is_some_and(|s| s != 'Z') {
+                // SAFETY: signalling our own child, not yet reaped.
+                unsafe {
+                    libc::kill(pgid, signal as i32);
+                }
             }
             return;
+        }
+        if signal == Signal::SIGKILL {
+            self.killed.insert(pgid);
         }
         // Found before the group is signalled: once the leader is gone, its
         // children are orphans of ours, attributed only by their token.
@@ -271,6 +292,8 @@ impl Groups {
 
     /// Which of `pgids` have no process left.
     pub fn empty(&mut self, pgids: &[i32]) -> Vec<i32> {
+        // One fresh look at what we adopted for this whole question.
+        self.adopted_read = None;
         pgids
             .iter()
             .copied()
@@ -283,7 +306,19 @@ impl Groups {
                     // Its process group may hold a stranger (a process of
                     // another instance can join it): the cgroup alone counts.
                     (Some(cgroup), _) => !cgroup::populated(cgroup),
-                    (None, Some(_)) => !group_alive && self.processes(*pgid).is_empty(),
+                    (None, Some(_)) => {
+                        let left = self.processes(*pgid);
+                        if self.killed.contains(pgid) {
+                            // Forked before its parent died: SIGKILL it too.
+                            for pid in &left {
+                                // SAFETY: a process of one of our instances.
+                                unsafe {
+                                    libc::kill(*pid, libc::SIGKILL);
+                                }
+                            }
+                        }
+                        !group_alive && left.is_empty()
+                    }
                     (None, None) => !group_alive,
                 }
             })
@@ -294,24 +329,31 @@ impl Groups {
     /// many processes there were.
     pub fn kill_leftovers(&mut self, pgid: i32) -> usize {
         if let Some(cgroup) = self.groups.get(&pgid).and_then(|g| g.cgroup.as_ref()) {
-            let left = cgroup::pids(cgroup).len();
+            let left = cgroup::count_processes(cgroup);
             if left > 0 {
                 self.signal(pgid, Signal::SIGKILL);
             }
             return left;
         }
-        let left = self
-            .processes(pgid)
-            .len()
-            .max(usize::from(group_alive(pgid)));
-        if left > 0 {
+        // Without cgroups, until a look finds nothing new: a process forked
+        // before its parent's SIGKILL landed shows up only afterwards.
+        let in_group = group_alive(pgid);
+        let mut killed: HashSet<i32> = HashSet::new();
+        for round in 0..LEFTOVER_ROUNDS {
+            self.adopted_read = None;
+            let left = self.processes(pgid);
+            if left.iter().all(|pid| killed.contains(pid)) && (round > 0 || !in_group) {
+                break;
+            }
+            killed.extend(left);
             self.signal(pgid, Signal::SIGKILL);
         }
-        left
+        killed.len().max(usize::from(in_group))
     }
 
     /// The instance is gone for good: remove its cgroup (once empty).
     pub fn forget(&mut self, pgid: i32) {
+        self.killed.remove(&pgid);
         let Some(group) = self.groups.remove(&pgid) else {
             return;
         };
@@ -331,7 +373,8 @@ impl Groups {
             if let (Some(watcher), Some(watch)) = (watcher, watch) {
                 let _ = watcher.inotify.rm_watch(*watch);
             }
-            let _ = std::fs::remove_dir(cgroup);
+            // With whatever cgroups a worker made below its own.
+            cgroup::remove_tree(cgroup);
             false
         });
     }

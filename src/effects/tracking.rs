@@ -18,6 +18,11 @@
 //!   to its instance, and one that also left its process group survives a
 //!   SIGKILL of the supervisor — the README says so.
 //!
+//! Either way, a run that dies with its undertaker is cleaned by the next
+//! run of the same file: its cgroup tree is found by name, its token in the
+//! runtime directory. A tree whose supervisor still runs is another live
+//! run of the file (through a lock it cannot see): refused.
+//!
 //! `status` shows which mode is active, and why not cgroups when it is not.
 
 use std::collections::HashSet;
@@ -25,6 +30,12 @@ use std::path::{Path, PathBuf};
 
 use super::cgroup;
 use super::undertaker::Orders;
+
+/// The most a token record may hold (a token is 16 hex digits).
+const TOKEN_RECORD_BYTES: usize = 64;
+/// Rounds of killing a previous run's token carriers (those forked while
+/// the last round killed).
+const TAKE_OVER_ROUNDS: usize = 16;
 
 /// The run's cgroup tree (see [`super::cgroup`]).
 #[derive(Debug, Clone)]
@@ -40,6 +51,14 @@ pub struct CgroupRun {
     pub leftovers: usize,
 }
 
+/// Another supervisor runs the same file: its pid, and its cgroup tree.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("already supervised by pid {pid} (its cgroup tree is {}; another runtime directory?)", tree.display())]
+pub struct AlreadyRunning {
+    pub pid: i32,
+    pub tree: PathBuf,
+}
+
 /// The mode, with what it needs.
 #[derive(Debug, Clone)]
 pub enum Tracking {
@@ -48,6 +67,12 @@ pub enum Tracking {
     Environment {
         token: String,
         why: String,
+        /// Where the token is kept (the runtime directory), so that the
+        /// next run of the file kills what this one leaves if it dies with
+        /// its undertaker…
+        record: PathBuf,
+        /// …and what the previous run left: how many processes were killed.
+        leftovers: usize,
     },
 }
 
@@ -55,19 +80,31 @@ impl Tracking {
     /// Cgroups when allowed and possible, else the environment. `key` names
     /// the file's subtree (stable across edits of the file). Call while the
     /// process is single-threaded: it moves the whole process.
-    pub fn choose(key: &str, cgroups: bool) -> Tracking {
+    ///
+    /// Refused when the cgroup tree shows another live supervisor on the
+    /// same file (one whose lock we could not see: another runtime
+    /// directory).
+    pub fn choose(key: &str, runtime: &Path, cgroups: bool) -> Result<Tracking, AlreadyRunning> {
         let why = if cgroups {
-            match cgroup::detect().and_then(|base| CgroupRun::setup(&base, key)) {
-                Ok(run) => return Tracking::Cgroups(run),
+            match cgroup::detect() {
+                Ok(base) => match CgroupRun::setup(&base, key)? {
+                    Ok(run) => return Ok(Tracking::Cgroups(run)),
+                    Err(why) => why,
+                },
                 Err(why) => why,
             }
         } else {
             "turned off with --cgroups off".to_string()
         };
-        Tracking::Environment {
-            token: random_token(),
+        let token = random_token();
+        let record = runtime.join(format!("{key}.run"));
+        let leftovers = take_over(&record, &token);
+        Ok(Tracking::Environment {
+            token,
             why,
-        }
+            record,
+            leftovers,
+        })
     }
 
     /// For the start log and `status`.
@@ -91,12 +128,26 @@ impl Tracking {
         }
     }
 
-    /// Everything has stopped: remove the cgroup tree (leaving it first).
+    /// Everything has stopped: remove the cgroup tree (leaving it first),
+    /// or the token's record.
     pub fn teardown(&self) {
-        if let Tracking::Cgroups(run) = self {
-            cgroup::clear(&run.instances);
-            let _ = cgroup::enter(&run.base, std::process::id());
-            cgroup::remove_tree(&run.root);
+        match self {
+            Tracking::Cgroups(run) => {
+                cgroup::clear(&run.instances);
+                let _ = cgroup::enter(&run.base, std::process::id());
+                cgroup::remove_tree(&run.root);
+            }
+            Tracking::Environment { record, .. } => {
+                let _ = std::fs::remove_file(record);
+            }
+        }
+    }
+
+    /// Processes of a previous run of this file that were found and killed.
+    pub fn leftovers(&self) -> usize {
+        match self {
+            Tracking::Cgroups(run) => run.leftovers,
+            Tracking::Environment { leftovers, .. } => *leftovers,
         }
     }
 }
@@ -106,12 +157,16 @@ impl CgroupRun {
     /// previous runs of the same file left in theirs, and move ourselves into
     /// its `supervisor/`. One tree per run, so that a previous run's
     /// undertaker, still cleaning up its own, never touches ours.
-    fn setup(base: &Path, key: &str) -> Result<CgroupRun, String> {
+    /// A tree whose supervisor still runs (its pid, in the name, is in its
+    /// `supervisor/` cgroup) is another live run: refused, untouched.
+    fn setup(base: &Path, key: &str) -> Result<Result<CgroupRun, String>, AlreadyRunning> {
         let prefix = format!("supervise.{key}.");
         let root = base.join(format!("{prefix}{}", std::process::id()));
-        let mut leftovers = 0;
-        for previous in std::fs::read_dir(base)
-            .map_err(|e| format!("cannot read {}: {e}", base.display()))?
+        let entries = match std::fs::read_dir(base) {
+            Ok(entries) => entries,
+            Err(e) => return Ok(Err(format!("cannot read {}: {e}", base.display()))),
+        };
+        let previous: Vec<PathBuf> = entries
             .flatten()
             .filter(|e| {
                 e.file_name()
@@ -120,12 +175,35 @@ impl CgroupRun {
             })
             .map(|e| e.path())
             .filter(|p| *p != root)
-        {
+            .collect();
+        for tree in &previous {
+            let owner = tree
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.rsplit('.').next())
+                .and_then(|pid| pid.parse::<i32>().ok());
+            if let Some(pid) = owner
+                && cgroup::pids(&tree.join("supervisor")).contains(&pid)
+            {
+                return Err(AlreadyRunning {
+                    pid,
+                    tree: tree.clone(),
+                });
+            }
+        }
+        Ok(CgroupRun::create(base, root, &previous))
+    }
+
+    /// Kill and remove what the `previous` runs left, create `root`, move
+    /// into its `supervisor/`.
+    fn create(base: &Path, root: PathBuf, previous: &[PathBuf]) -> Result<CgroupRun, String> {
+        let mut leftovers = 0;
+        for previous in previous {
             // Its helpers first (an undertaker still cleaning up), then its
             // instances.
             cgroup::clear(&previous.join("supervisor"));
             leftovers += cgroup::clear(&previous.join("instances"));
-            cgroup::remove_tree(&previous);
+            cgroup::remove_tree(previous);
         }
         let supervisor = root.join("supervisor");
         let instances = root.join("instances");
@@ -139,6 +217,17 @@ impl CgroupRun {
                 }
             }
         }
+        // An instance's cgroup can be made there (cgroup.max.depth and
+        // cgroup.max.descendants may forbid it).
+        let probe = instances.join("probe");
+        if let Err(e) = std::fs::create_dir(&probe) {
+            cgroup::remove_tree(&root);
+            return Err(format!(
+                "cannot create an instance's cgroup in {}: {e}",
+                instances.display()
+            ));
+        }
+        let _ = std::fs::remove_dir(&probe);
         // Not on a root cgroup, which never has one: on ours.
         if !root.join("cgroup.kill").exists() {
             cgroup::remove_tree(&root);
@@ -155,6 +244,42 @@ impl CgroupRun {
             leftovers,
         })
     }
+}
+
+/// Kill every process that carries the token a previous run recorded in
+/// `record` (it died with its undertaker: nothing else will), then record
+/// `token`. How many were killed.
+fn take_over(record: &Path, token: &str) -> usize {
+    let mut killed = std::collections::HashSet::new();
+    let previous = std::fs::read(record).unwrap_or_default();
+    let previous = String::from_utf8_lossy(&previous);
+    let previous = previous.trim();
+    if !previous.is_empty() && previous.len() <= TOKEN_RECORD_BYTES {
+        let marker = format!("SUPERVISE_RUN={previous}.");
+        for _ in 0..TAKE_OVER_ROUNDS {
+            let carriers: Vec<i32> = super::procfs::carriers(&marker)
+                .into_values()
+                .flatten()
+                .filter(|pid| !killed.contains(pid))
+                .collect();
+            if carriers.is_empty() {
+                break;
+            }
+            for pid in carriers {
+                // SAFETY: a process carrying the token of a previous run of
+                // this very file.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+                killed.insert(pid);
+            }
+        }
+    }
+    let temporary = record.with_extension("run.new");
+    if std::fs::write(&temporary, token).is_ok() {
+        let _ = std::fs::rename(&temporary, record);
+    }
+    killed.len()
 }
 
 /// 16 hex digits from the kernel's random source.

@@ -62,6 +62,19 @@ impl Supervised {
         let dir = tempfile::tempdir().expect("temp dir");
         std::fs::write(dir.path().join("ecosystem.yaml"), yaml).expect("write ecosystem.yaml");
         prepare(dir.path());
+        Supervised::launch(dir, wrapper, args)
+    }
+
+    /// A new supervisor in the directory of `previous`, which has exited
+    /// (same files, same runtime directory).
+    pub fn start_again(mut previous: Supervised, args: &[&str]) -> Supervised {
+        let _ = previous.child.kill();
+        let _ = previous.child.wait();
+        let dir = std::mem::replace(&mut previous.dir, tempfile::tempdir().expect("temp dir"));
+        Supervised::launch(dir, &[], args)
+    }
+
+    fn launch(dir: tempfile::TempDir, wrapper: &[&str], args: &[&str]) -> Supervised {
         let runtime = runtime_dir(dir.path());
         let stderr_path = dir.path().join("supervise.stderr");
         let stderr = std::fs::File::create(&stderr_path).expect("stderr file");

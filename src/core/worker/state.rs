@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use super::{AfterStop, Exit};
 
-/// The states of [`Worker`], with the data valid in each.
+/// The states of [`Worker`](super::Worker), with the data valid in each.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum State {
     /// Created; its first process is about to be started.
