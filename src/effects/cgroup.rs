@@ -124,8 +124,9 @@ pub fn kill(cgroup: &Path) -> io::Result<()> {
 /// processes signalled.
 pub fn signal(cgroup: &Path, signal: i32) -> std::collections::HashSet<i32> {
     let mut signalled = std::collections::HashSet::new();
+    let cgroups = subtree(cgroup);
     for _ in 0..SIGNAL_PASSES {
-        let fresh: Vec<i32> = subtree(cgroup)
+        let fresh: Vec<i32> = cgroups
             .iter()
             .flat_map(|c| pids(c))
             .filter(|pid| !signalled.contains(pid))
@@ -163,7 +164,9 @@ pub fn enter(cgroup: &Path, pid: u32) -> io::Result<()> {
 
 /// CPU time (µs) and memory (bytes, where the memory controller is on) of a
 /// cgroup, its descendants included.
-pub fn usage(cgroup: &Path) -> (u64, Option<u64>) {
+/// `memory` says whether the memory controller is on (see
+/// [`memory_enabled`]): without it there is no `memory.current` to read.
+pub fn usage(cgroup: &Path, memory: bool) -> (u64, Option<u64>) {
     let cpu = std::fs::read_to_string(cgroup.join("cpu.stat"))
         .ok()
         .and_then(|stat| {
@@ -173,10 +176,31 @@ pub fn usage(cgroup: &Path) -> (u64, Option<u64>) {
             })
         })
         .unwrap_or(0);
-    let memory = std::fs::read_to_string(cgroup.join("memory.current"))
-        .ok()
+    let memory = memory
+        .then(|| std::fs::read_to_string(cgroup.join("memory.current")).ok())
+        .flatten()
         .and_then(|m| m.trim().parse().ok());
     (cpu, memory)
+}
+
+/// Whether the memory controller is on for the cgroups below `parent`.
+pub fn memory_enabled(parent: &Path) -> bool {
+    std::fs::read_to_string(parent.join("cgroup.subtree_control"))
+        .is_ok_and(|c| c.split_whitespace().any(|c| c == "memory"))
+}
+
+/// How many cgroups are below `cgroup` (`nr_descendants` in `cgroup.stat`;
+/// dying ones count until they are gone).
+fn descendants(cgroup: &Path) -> usize {
+    std::fs::read_to_string(cgroup.join("cgroup.stat"))
+        .ok()
+        .and_then(|stat| {
+            stat.lines().find_map(|l| {
+                l.strip_prefix("nr_descendants ")
+                    .and_then(|v| v.trim().parse().ok())
+            })
+        })
+        .unwrap_or(usize::MAX)
 }
 
 /// Kill what a cgroup tree holds, wait (at most [`EMPTY_WAIT`]) for it to
@@ -205,6 +229,10 @@ pub fn count_processes(root: &Path) -> usize {
 /// so no depth can exhaust the stack).
 fn subtree(root: &Path) -> Vec<PathBuf> {
     let mut found = vec![root.to_path_buf()];
+    // The usual case, in one small read instead of a directory listing.
+    if descendants(root) == 0 {
+        return found;
+    }
     let mut next = 0;
     while next < found.len() && found.len() < MAX_SUBTREE {
         let below = std::fs::read_dir(&found[next])

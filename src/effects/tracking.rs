@@ -237,6 +237,12 @@ impl CgroupRun {
             cgroup::remove_tree(&root);
             return Err(format!("cannot move into {}: {e}", supervisor.display()));
         }
+        // Memory per instance where the memory controller reaches our tree
+        // (a pure v2 system, a delegated subtree): turned on in the part we
+        // own, never above it. Without it, `status` counts RSS.
+        for dir in [&root, &instances] {
+            let _ = std::fs::write(dir.join("cgroup.subtree_control"), "+memory");
+        }
         Ok(CgroupRun {
             base: base.to_path_buf(),
             root,

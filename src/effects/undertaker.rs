@@ -9,7 +9,8 @@
 //! end of a close-on-exec pipe; without cgroups the supervisor writes `+PGID`
 //! / `-PGID` lines as worker process groups come and go (with cgroups, every
 //! process of every instance is in the run's cgroup tree: nothing to tell).
-//! When the pipe reaches EOF — the supervisor has exited, however it died —
+//! When the pipe reaches EOF — the supervisor has exited, however it died,
+//! unless it said `!` first (a clean shutdown, which tears down itself) —
 //! it SIGKILLs every group still recorded, and then, depending on how
 //! instances are tracked:
 //! - with cgroups, every instance cgroup at once (`cgroup.kill` on
@@ -40,6 +41,8 @@ pub const UNDERTAKER_ARG: &str = "__undertaker";
 /// ask for): ~100,000 `+PGID` lines, so a new undertaker can be told every
 /// group at once.
 pub const PIPE_CAPACITY: i32 = 1 << 20;
+/// The last line of a clean shutdown: nothing to clean up.
+const DISMISSED: &str = "!\n";
 /// Rounds of killing the processes that carry the run token, at most…
 const TOKEN_ROUNDS: usize = 20;
 /// …this far apart.
@@ -179,9 +182,12 @@ impl Undertaker {
         self.send(&format!("-{pgid}\n"))
     }
 
-    /// Close the pipe (the undertaker then cleans up and exits) and return its
-    /// pid so the caller can reap it.
-    pub fn dismiss(self) -> i32 {
+    /// Everything stopped cleanly: tell the undertaker it has nothing to do
+    /// (the supervisor tears down itself), close the pipe, and return its
+    /// pid so the caller can reap it. Without the word it would clean up
+    /// as after a crash — and wait for the supervisor to leave its cgroup.
+    pub fn dismiss(mut self) -> i32 {
+        let _ = self.send(DISMISSED);
         self.pid
     }
 }
@@ -222,6 +228,7 @@ pub fn serve(read: OwnedFd, orders: &Orders) {
         }
     }
     let mut groups: BTreeSet<i32> = BTreeSet::new();
+    let mut dismissed = false;
     let mut reader = BufReader::new(File::from(read));
     let mut line = String::new();
     loop {
@@ -230,6 +237,10 @@ pub fn serve(read: OwnedFd, orders: &Orders) {
             Ok(0) | Err(_) => break,
             Ok(_) => {
                 let entry = line.trim();
+                if entry == DISMISSED.trim() {
+                    dismissed = true;
+                    continue;
+                }
                 match (
                     entry.get(..1),
                     entry.get(1..).and_then(|n| n.parse::<i32>().ok()),
@@ -244,6 +255,9 @@ pub fn serve(read: OwnedFd, orders: &Orders) {
                 }
             }
         }
+    }
+    if dismissed {
+        return;
     }
     for pgid in groups {
         // SAFETY: signalling a process group; pgid > 1 was checked on insert.

@@ -227,8 +227,12 @@ fn ignored(name: &str) {
 fn usage(cgroups: &[(i32, std::path::PathBuf)]) -> HashMap<i32, procfs::GroupUsage> {
     let mut usage = procfs::group_usage();
     let ticks = procfs::ticks_per_second();
+    let memory = cgroups
+        .first()
+        .and_then(|(_, cgroup)| cgroup.parent())
+        .is_some_and(cgroup::memory_enabled);
     for (pgid, cgroup) in cgroups {
-        let (cpu_usec, memory) = cgroup::usage(cgroup);
+        let (cpu_usec, memory) = cgroup::usage(cgroup, memory);
         let entry = usage.entry(*pgid).or_default();
         entry.cpu_ticks = cpu_usec * ticks / 1_000_000;
         if let Some(memory) = memory {
