@@ -15,7 +15,17 @@ impl<E: Effects> Supervisor<E> {
         let mut sweep = false;
         for action in actions {
             match action {
-                Action::Spawn(order) => self.spawn(&order, now),
+                Action::Spawn(order) => {
+                    self.spawn(&order, now);
+                    // What the spawn's result led to (its `spawned` report
+                    // first) is carried out at once, not after the rest of
+                    // the batch: a reader of the log sees each start as it
+                    // happens. The queue held nothing else: `settle` took it.
+                    let consequences = self.core.take_actions();
+                    if !consequences.is_empty() {
+                        self.execute(consequences, now);
+                    }
+                }
                 Action::Signal { pgid, signal } => self.effects.signal_group(pgid, signal),
                 Action::ReleaseGroup {
                     pgid,

@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::ffi::OsString;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -197,19 +198,44 @@ pub async fn run(launch: Launch) -> std::io::Result<()> {
     let (helpers, sink, tracking) = system.finish();
     let deadline = Instant::now() + HELPER_EXIT_WAIT;
     for helper in helpers {
-        while Instant::now() < deadline {
-            let mut status = 0;
-            // SAFETY: waiting for our own child.
-            let reaped = unsafe { libc::waitpid(helper, &mut status, libc::WNOHANG) };
-            if reaped != 0 {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        reap_helper(helper, deadline);
     }
     tracking.teardown();
     sink.flush(Duration::from_secs(1));
     Ok(())
+}
+
+/// Wait for our child `pid` to exit (told to: its pipe or socket closed),
+/// until `deadline` at most, and reap it. Woken by its pidfd, not polled.
+fn reap_helper(pid: i32, deadline: Instant) {
+    // SAFETY: pidfd_open on our own child, not yet reaped (so the pid is
+    // still its); the kernel makes the fd close-on-exec.
+    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if let Ok(raw) = i32::try_from(raw)
+        && raw >= 0
+    {
+        // SAFETY: a fresh fd that nothing else owns.
+        let pidfd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let mut poll = libc::pollfd {
+                fd: pidfd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let timeout = i32::try_from(left.as_millis()).unwrap_or(i32::MAX);
+            // SAFETY: one valid pollfd.
+            let ready = unsafe { libc::poll(&mut poll, 1, timeout) };
+            let interrupted = ready < 0
+                && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted;
+            if !interrupted || left.is_zero() {
+                break;
+            }
+        }
+    }
+    let mut status = 0;
+    // SAFETY: reaping our own child, with a valid status pointer.
+    unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
 }
 
 /// A signal that means nothing to a supervisor: said, and otherwise ignored
