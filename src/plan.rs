@@ -184,6 +184,7 @@ mod tests {
         Desired {
             source: "/srv/ecosystem.yaml".into(),
             apps,
+            memory_check: crate::spec::defaults::MEMORY_CHECK,
         }
     }
 

@@ -26,6 +26,8 @@ pub struct Desired {
     pub source: PathBuf,
     /// The apps in file order.
     pub apps: Vec<AppSpec>,
+    /// How often the memory of instances with `max_memory` is measured.
+    pub memory_check: Duration,
 }
 
 impl Desired {
@@ -51,6 +53,12 @@ pub struct AppSpec {
     pub stop_signal: Signal,
     pub kill_timeout: Duration,
     pub reload: ReloadLimits,
+    /// Liveness checks after ready: an unhealthy instance is replaced.
+    pub health: Option<HealthSpec>,
+    /// Memory (bytes) an instance may use before it is replaced.
+    pub max_memory: Option<u64>,
+    /// The signal a missed watchdog deadline sends (then `kill_timeout`).
+    pub watchdog_signal: Signal,
 }
 
 impl AppSpec {
@@ -66,6 +74,7 @@ impl AppSpec {
                 env: Vec::new(),
                 listen: Vec::new(),
                 identity: None,
+                watchdog: None,
             },
             instances,
             instances_from_max: false,
@@ -85,6 +94,9 @@ impl AppSpec {
                 max_surge: defaults::MAX_SURGE,
                 max_unavailable: defaults::MAX_UNAVAILABLE,
             },
+            health: None,
+            max_memory: None,
+            watchdog_signal: Signal::SIGABRT,
         }
     }
 
@@ -145,6 +157,10 @@ pub struct ProcessDefinition {
     pub env: Vec<(String, Template)>,
     pub listen: Vec<ListenSpec>,
     pub identity: Option<Identity>,
+    /// `watchdog`: the process gets `WATCHDOG_USEC` and `WATCHDOG_PID` and
+    /// must send `WATCHDOG=1` at least this often once ready. Part of the
+    /// definition because it is in the process's environment.
+    pub watchdog: Option<Duration>,
 }
 
 /// The user and group a worker runs as.
@@ -371,6 +387,30 @@ impl PartialEq for ProbeSpec {
 
 impl Eq for ProbeSpec {}
 
+/// `health`: a liveness check, run every `every` once an instance is ready.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthSpec {
+    pub check: HealthCheck,
+    pub every: Duration,
+    /// One check may take this long; longer is a failure (an `exec` check is
+    /// killed).
+    pub timeout: Duration,
+    /// Consecutive failed checks that make an instance unhealthy.
+    pub failures: u32,
+    /// A failed check started within `grace` of ready does not count.
+    pub grace: Duration,
+}
+
+/// What a liveness check does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HealthCheck {
+    /// A TCP connect or an HTTP GET (2xx), per slot, as readiness probes.
+    Probe(ProbeSpec),
+    /// A command (argv) run in the worker's cwd, environment and user, in a
+    /// process group of its own; exit 0 is healthy.
+    Exec(Vec<Template>),
+}
+
 /// Delays between restarts: `min(initial * factor^(n-1), max)`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BackoffPolicy {
@@ -409,6 +449,11 @@ pub mod defaults {
     pub const KILL_TIMEOUT: Duration = Duration::from_secs(10);
     pub const MAX_SURGE: u32 = 1;
     pub const MAX_UNAVAILABLE: u32 = 0;
+    pub const HEALTH_EVERY: Duration = Duration::from_secs(10);
+    pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
+    pub const HEALTH_FAILURES: u32 = 3;
+    pub const HEALTH_GRACE: Duration = Duration::ZERO;
+    pub const MEMORY_CHECK: Duration = Duration::from_secs(5);
     /// The most instances one app may ask for.
     pub const MAX_INSTANCES: u32 = 4096;
 }

@@ -11,6 +11,7 @@ fn core_with(apps: Vec<AppSpec>, now: Instant) -> Core {
     let desired = Desired {
         source: "/srv/ecosystem.yaml".into(),
         apps,
+        memory_check: crate::spec::defaults::MEMORY_CHECK,
     };
     Core::new(&desired, 1000, now)
 }

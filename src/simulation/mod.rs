@@ -115,6 +115,7 @@ impl World {
         let desired = Desired {
             source: "/sim/ecosystem.yaml".into(),
             apps: apps.clone(),
+            memory_check: crate::spec::defaults::MEMORY_CHECK,
         };
         let mut supervisor = Supervisor::new(&desired, "ecosystem.yaml", UID, fake);
         supervisor.start();
@@ -276,6 +277,7 @@ impl World {
         let desired = Desired {
             source: self.desired.source.clone(),
             apps,
+            memory_check: self.desired.memory_check,
         };
         self.supervisor.handle(Event::Config(Loaded {
             trigger: "the file changed".into(),

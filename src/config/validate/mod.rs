@@ -99,6 +99,7 @@ pub fn resolve(
     Some(Desired {
         source: source.to_path_buf(),
         apps,
+        memory_check: crate::spec::defaults::MEMORY_CHECK,
     })
 }
 
@@ -203,6 +204,7 @@ impl AppContext<'_> {
                 env,
                 listen,
                 identity,
+                watchdog: None,
             },
             instances,
             instances_from_max,
@@ -216,6 +218,9 @@ impl AppContext<'_> {
             stop_signal: stop_signal?,
             kill_timeout: kill_timeout.unwrap_or(defaults::KILL_TIMEOUT),
             reload: reload?,
+            health: None,
+            max_memory: None,
+            watchdog_signal: nix::sys::signal::Signal::SIGABRT,
         })
     }
 
