@@ -172,19 +172,7 @@ impl World {
                     State::Ready { .. } | State::Failed | State::Exited | State::Held
                 );
                 if !settled {
-                    let all: Vec<String> = app
-                        .workers
-                        .values()
-                        .map(|w| {
-                            format!(
-                                "slot {} gen {} {} last {:?}",
-                                w.slot,
-                                w.generation,
-                                w.state.name(),
-                                w.last_outcome
-                            )
-                        })
-                        .collect();
+                    let all = describe_workers(app);
                     return Err(Violation(format!(
                         "{name}.{} is {} after the quiet time; app gen {} halted {} instances {} workers {:?}",
                         worker.slot,
@@ -208,19 +196,7 @@ impl World {
             for slot in 0..app.spec.instances {
                 let count = app.workers.values().filter(|w| w.slot == slot).count();
                 if count != 1 {
-                    let all: Vec<String> = app
-                        .workers
-                        .values()
-                        .map(|w| {
-                            format!(
-                                "slot {} gen {} {} last {:?}",
-                                w.slot,
-                                w.generation,
-                                w.state.name(),
-                                w.last_outcome
-                            )
-                        })
-                        .collect();
+                    let all = describe_workers(app);
                     return Err(Violation(format!(
                         "{name}.{slot} has {count} workers after the quiet time; gen {} halted {} {:?}",
                         app.generation, app.rollout_halted, all
@@ -282,4 +258,20 @@ impl World {
         }
         Ok(())
     }
+}
+
+/// Every worker of `app`, one line each, for a violation's message.
+fn describe_workers(app: &crate::core::App) -> Vec<String> {
+    app.workers
+        .values()
+        .map(|w| {
+            format!(
+                "slot {} gen {} {} last {:?}",
+                w.slot,
+                w.generation,
+                w.state.name(),
+                w.last_outcome
+            )
+        })
+        .collect()
 }

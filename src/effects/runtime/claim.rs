@@ -358,13 +358,22 @@ mod tests {
     use super::super::{ensure_runtime_dir, find_socket, identify, identify_absent};
     use super::*;
 
-    #[test]
-    fn one_claim_per_file_under_any_of_its_keys() {
+    /// A temp dir with a runtime dir `rt` in it and the path of a file
+    /// `name` there (written with no apps when `write`).
+    fn scene(name: &str, write: bool) -> (tempfile::TempDir, PathBuf, PathBuf) {
         let dir = tempfile::tempdir().unwrap();
         let runtime = dir.path().join("rt");
         ensure_runtime_dir(&runtime).unwrap();
-        let file = dir.path().join("ecosystem.yaml");
-        std::fs::write(&file, "apps: {}\n").unwrap();
+        let file = dir.path().join(name);
+        if write {
+            std::fs::write(&file, "apps: {}\n").unwrap();
+        }
+        (dir, runtime, file)
+    }
+
+    #[test]
+    fn one_claim_per_file_under_any_of_its_keys() {
+        let (dir, runtime, file) = scene("ecosystem.yaml", true);
         let identity = identify(&file).unwrap();
         let mut claim = Claim::acquire(&runtime, &identity, "ecosystem.yaml", None).unwrap();
         match Claim::acquire(&runtime, &identity, "ecosystem.yaml", None) {
@@ -408,11 +417,7 @@ mod tests {
 
     #[test]
     fn a_file_moved_away_and_copied_back_is_claimed_by_its_current_keys_only() {
-        let dir = tempfile::tempdir().unwrap();
-        let runtime = dir.path().join("rt");
-        ensure_runtime_dir(&runtime).unwrap();
-        let file = dir.path().join("eco.yaml");
-        std::fs::write(&file, "apps: {}\n").unwrap();
+        let (dir, runtime, file) = scene("eco.yaml", true);
         let before = identify(&file).unwrap();
         let mut claim = Claim::acquire(&runtime, &before, "eco.yaml", None).unwrap();
         let _listener = std::os::unix::net::UnixListener::bind(claim.socket_path()).unwrap();
@@ -451,11 +456,7 @@ mod tests {
 
     #[test]
     fn a_deleted_file_keeps_only_its_place() {
-        let dir = tempfile::tempdir().unwrap();
-        let runtime = dir.path().join("rt");
-        ensure_runtime_dir(&runtime).unwrap();
-        let file = dir.path().join("eco.yaml");
-        std::fs::write(&file, "apps: {}\n").unwrap();
+        let (_dir, runtime, file) = scene("eco.yaml", true);
         let identity = identify(&file).unwrap();
         let mut claim = Claim::acquire(&runtime, &identity, "eco.yaml", None).unwrap();
         std::fs::remove_file(&file).unwrap();
@@ -484,10 +485,7 @@ mod tests {
 
     #[test]
     fn clean_releases_and_refusals_leave_no_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let runtime = dir.path().join("rt");
-        ensure_runtime_dir(&runtime).unwrap();
-        let file = dir.path().join("eco.yaml");
+        let (dir, runtime, file) = scene("eco.yaml", false);
         for round in 0..3 {
             // An editor's save between runs: a new inode, a new first key.
             std::fs::write(dir.path().join(".tmp"), format!("# {round}\napps: {{}}\n")).unwrap();
@@ -516,11 +514,7 @@ mod tests {
 
     #[test]
     fn the_locks_of_a_killed_supervisor_are_taken_over() {
-        let dir = tempfile::tempdir().unwrap();
-        let runtime = dir.path().join("rt");
-        ensure_runtime_dir(&runtime).unwrap();
-        let file = dir.path().join("eco.yaml");
-        std::fs::write(&file, "apps: {}\n").unwrap();
+        let (_dir, runtime, file) = scene("eco.yaml", true);
         let identity = identify(&file).unwrap();
         // What a SIGKILLed supervisor leaves: unlocked lock files (here two
         // separate ones, as after a swap) and dangling socket links.
@@ -564,10 +558,7 @@ mod tests {
         // after locking, this fails most runs.)
         const THREADS: usize = 8;
         const ROUNDS: usize = 1000;
-        let dir = tempfile::tempdir().unwrap();
-        let runtime = dir.path().join("rt");
-        ensure_runtime_dir(&runtime).unwrap();
-        let file = dir.path().join("eco.yaml");
+        let (_dir, runtime, file) = scene("eco.yaml", false);
         // One key (a file that is not there: its lock name alone decides),
         // then two (a file: the second is linked to the first's lock).
         let absent = identify_absent(&file).unwrap();
