@@ -143,7 +143,11 @@ impl Core {
         }
         touched += stops.len();
         for (id, then) in stops {
-            self.stop(name, id, StopReason::Command, Some(what), then, now);
+            let how = super::StopHow {
+                command: Some(what),
+                signal: None,
+            };
+            self.stop(name, id, StopReason::Command, how, then, now);
         }
         Ok(Reply::Done {
             message: format!(

@@ -9,7 +9,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use super::reconcile::StopReason;
-use super::worker::{Decision, Exit, Refused, StartError, StopEnd, Worker};
+use super::worker::{Decision, Exit, Outcome, Refused, StartError, StopEnd, Worker};
 use crate::plan::AppChange;
 
 /// Which readiness signal arrived.
@@ -141,6 +141,54 @@ pub enum Event {
         pid: i32,
         uid: u32,
         expected: u32,
+    },
+    /// A liveness check failed (`counted`: not within `grace` of ready).
+    CheckFailed {
+        instance: Instance,
+        pid: i32,
+        failures: u32,
+        threshold: u32,
+        counted: bool,
+        detail: String,
+    },
+    /// A check passed after failed ones had counted.
+    Healthy {
+        instance: Instance,
+        pid: i32,
+    },
+    /// `health.failures` consecutive checks failed.
+    Unhealthy {
+        instance: Instance,
+        pid: i32,
+        failures: u32,
+        detail: String,
+    },
+    /// The instance used more than `max_memory`.
+    MemoryExceeded {
+        instance: Instance,
+        pid: i32,
+        rss_bytes: u64,
+        limit_bytes: u64,
+    },
+    /// No `WATCHDOG=1` within `watchdog` (or `WATCHDOG=trigger`).
+    WatchdogMissed {
+        instance: Instance,
+        pid: i32,
+        period: Duration,
+        /// Since the last ping (or since ready, without one).
+        silent_for: Duration,
+        triggered: bool,
+        signal: Signal,
+    },
+    /// A live instance is replaced (unhealthy, over `max_memory`): a new one
+    /// starts after `delay` (restart `attempt`), and this one serves until
+    /// the new one is ready.
+    Recycling {
+        instance: Instance,
+        pid: i32,
+        why: Outcome,
+        attempt: u32,
+        delay: Duration,
     },
     /// A settled app (debug).
     Reconciled {

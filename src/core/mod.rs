@@ -21,6 +21,7 @@ mod app;
 pub mod apply;
 pub mod commands;
 pub mod event;
+mod liveness;
 pub mod process;
 pub mod reconcile;
 mod shutdown;
@@ -84,7 +85,22 @@ pub enum Input {
         uid: u32,
         ready: bool,
         status: Option<String>,
+        watchdog: Option<WatchdogMessage>,
+        /// `EXTEND_TIMEOUT_USEC=`.
+        extend_timeout: Option<Duration>,
     },
+    /// The answer to liveness check number `check` of the worker whose
+    /// leader is `pid` (the answer to [`Action::Check`]).
+    Checked {
+        pid: i32,
+        check: u64,
+        passed: bool,
+        /// Why it failed (`HTTP 500`, `exit code 1`, `timed out`).
+        detail: String,
+    },
+    /// The memory of instances, `(leader pid, bytes)` (the answer to
+    /// [`Action::MeasureMemory`]).
+    MemoryMeasured { usage: Vec<(i32, u64)> },
     /// A new, valid version of the file. `unbound`: apps whose new sockets
     /// could not be bound (`(app, why)`); they keep their last good version.
     Apply {
@@ -116,6 +132,14 @@ pub enum Action {
     },
     /// Stop the readiness probe of process `pid`, if one runs.
     CancelProbe { pid: i32 },
+    /// Run a liveness check; answer with [`Input::Checked`].
+    Check(CheckOrder),
+    /// Stop the liveness check of the worker led by `pid`, if one runs
+    /// (an `exec` check's process group is killed).
+    CancelCheck { pid: i32 },
+    /// Measure the memory of the instances led by `pids`; answer with
+    /// [`Input::MemoryMeasured`].
+    MeasureMemory { pids: Vec<i32> },
     /// Sockets may be unwanted now: close those no app needs
     /// ([`Core::wanted_sockets`]).
     SweepSockets,
@@ -139,12 +163,55 @@ pub struct SpawnOrder {
     pub readiness: Readiness,
 }
 
+/// Everything the shell needs to run one liveness check.
+#[derive(Debug, Clone)]
+pub struct CheckOrder {
+    pub app: String,
+    pub slot: u32,
+    /// The leader of the worker checked.
+    pub pid: i32,
+    /// The check's number, for its answer.
+    pub check: u64,
+    pub target: CheckTarget,
+    pub timeout: Duration,
+}
+
+/// What one liveness check does.
+#[derive(Debug, Clone)]
+pub enum CheckTarget {
+    /// A TCP connect or an HTTP GET.
+    Probe(crate::spec::Probe),
+    /// A command run like the worker (its cwd, environment and user).
+    Exec {
+        argv: Vec<crate::spec::Template>,
+        definition: Arc<ProcessDefinition>,
+    },
+}
+
+/// What a notify datagram said of the watchdog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchdogMessage {
+    /// `WATCHDOG=1`: alive.
+    Ping,
+    /// `WATCHDOG=trigger`: fail now.
+    Trigger,
+}
+
 /// Where the supervisor is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
     Running,
     /// Stopping everything (SIGINT/SIGTERM); done when no worker is left.
     ShuttingDown,
+}
+
+/// How a stop is sent, beyond the app's `stop_signal`.
+#[derive(Debug, Clone, Copy, Default)]
+struct StopHow {
+    /// For commands: which one (for the log).
+    command: Option<&'static str>,
+    /// Instead of `stop_signal` (a missed watchdog sends `watchdog_signal`).
+    signal: Option<Signal>,
 }
 
 /// The state of every app and worker, and the rules that change it.
@@ -171,6 +238,10 @@ pub struct Core {
     outbox: Vec<Action>,
     /// Starts left in this turn of the loop.
     spawn_budget: usize,
+    /// When the memory of instances with `max_memory` is measured next.
+    memory_due: Instant,
+    /// A measurement ordered and not answered yet.
+    measuring: bool,
 }
 
 impl Core {
@@ -195,6 +266,8 @@ impl Core {
             anomalies: 0,
             outbox: Vec::new(),
             spawn_budget: SPAWNS_PER_TURN,
+            memory_due: now + desired.memory_check,
+            measuring: false,
         }
     }
 
@@ -247,9 +320,11 @@ impl Core {
 
     /// When the core wants a [`Input::Tick`] at the latest.
     pub fn next_wake(&self) -> Instant {
+        let memory = self.watches_memory().then_some(self.memory_due);
         self.apps
             .values()
             .filter_map(|a| a.wake_at)
+            .chain(memory)
             .fold(self.last_full_pass + FULL_PASS_INTERVAL, Instant::min)
     }
 
@@ -305,7 +380,16 @@ impl Core {
                 uid,
                 ready,
                 status,
-            } => self.notified(leader, uid, ready, status, now),
+                watchdog,
+                extend_timeout,
+            } => self.notified(leader, uid, ready, status, watchdog, extend_timeout, now),
+            Input::Checked {
+                pid,
+                check,
+                passed,
+                detail,
+            } => self.checked(pid, check, passed, detail, now),
+            Input::MemoryMeasured { usage } => self.memory_measured(usage, now),
             Input::Apply {
                 desired,
                 unbound,
@@ -329,6 +413,7 @@ impl Core {
                 app.dirty = true;
             }
         }
+        self.measure_memory(now);
     }
 
     /// Reconcile every dirty app until it has nothing left to do, applying
@@ -413,7 +498,17 @@ impl Core {
             Step::Create { slot, generation } => {
                 let id = self.next_worker;
                 self.next_worker += 1;
-                app.workers.insert(id, Worker::new(id, slot, generation));
+                // Taking the place of a recycled worker, it carries on its
+                // restart count and waits for its backoff.
+                let recycled = app
+                    .workers
+                    .values()
+                    .rfind(|w| w.slot == slot && w.recycle.is_some());
+                let worker = match recycled {
+                    Some(old) => Worker::replacing(id, generation, old, now),
+                    None => Worker::new(id, slot, generation),
+                };
+                app.workers.insert(id, worker);
             }
             Step::Start { id } => {
                 let Some(worker) = app.workers.get_mut(&id) else {
@@ -447,7 +542,12 @@ impl Core {
                 };
                 self.ready(pid, via, now);
             }
-            Step::Stop { id, reason, then } => self.stop(name, id, reason, None, then, now),
+            Step::Stop { id, reason, then } => {
+                self.stop(name, id, reason, StopHow::default(), then, now)
+            }
+            Step::Check { id } => self.check(name, id, now),
+            Step::CheckTimedOut { id } => self.check_timed_out(name, id, now),
+            Step::WatchdogMissed { id } => self.watchdog_missed(name, id, false, now),
             Step::Kill { id } => {
                 let kill_timeout = app.spec.kill_timeout;
                 let Some(worker) = app.workers.get_mut(&id) else {
@@ -501,14 +601,15 @@ impl Core {
         name: &str,
         id: WorkerId,
         reason: StopReason,
-        command: Option<&'static str>,
+        how: StopHow,
         then: AfterStop,
         now: Instant,
     ) {
         let Some(app) = self.apps.get_mut(name) else {
             return;
         };
-        let (signal, kill_timeout) = (app.spec.stop_signal, app.spec.kill_timeout);
+        let signal = how.signal.unwrap_or(app.spec.stop_signal);
+        let (command, kill_timeout) = (how.command, app.spec.kill_timeout);
         let Some(worker) = app.workers.get_mut(&id) else {
             return;
         };
@@ -521,6 +622,7 @@ impl Core {
         let instance = Instance::of(&app.spec.name, worker);
         app.dirty = true;
         self.emit(Action::CancelProbe { pid });
+        self.emit(Action::CancelCheck { pid });
         self.emit(Action::Signal { pgid: pid, signal });
         self.report(Event::Stopping {
             instance,

@@ -6,17 +6,17 @@
 //! about a process the core no longer knows (a probe that answers after the
 //! exit, a second datagram) is a no-op.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
 use super::worker::{Exit, StartError, StopEnd, WorkerId};
-use super::{Action, App, Core, Event, Instance, ReadyVia};
+use super::{Action, App, Core, Event, Instance, ReadyVia, WatchdogMessage};
 use crate::spec::Readiness;
 
 impl Core {
     /// The worker of leader `pid`, with its app, mutably.
-    fn by_pid(&mut self, pid: i32) -> Option<(&mut App, WorkerId)> {
+    pub(super) fn by_pid(&mut self, pid: i32) -> Option<(&mut App, WorkerId)> {
         let (name, id) = self.pids.get(&pid)?;
         let app = self.apps.get_mut(name)?;
         app.workers.contains_key(id).then_some((app, *id))
@@ -120,6 +120,7 @@ impl Core {
                 // The run is over: its group goes with it.
                 self.pids.remove(&pid);
                 self.emit(Action::CancelProbe { pid });
+                self.emit(Action::CancelCheck { pid });
                 self.emit(Action::ReleaseGroup {
                     pgid: pid,
                     kill_leftovers: true,
@@ -209,6 +210,11 @@ impl Core {
         let Some((app, id)) = self.by_pid(pid) else {
             return;
         };
+        let watchdog = app
+            .workers
+            .get(&id)
+            .and_then(|w| app.definitions.get(&w.generation))
+            .and_then(|d| d.watchdog);
         let Some(worker) = app.workers.get_mut(&id) else {
             return;
         };
@@ -216,6 +222,7 @@ impl Core {
         if let Err(refused) = worker.ready(now) {
             return self.ignored(refused);
         }
+        worker.arm_watchdog(now, watchdog);
         app.dirty = true;
         let instance = Instance::of(&app.spec.name, worker);
         self.report(Event::Ready {
@@ -227,12 +234,15 @@ impl Core {
     }
 
     /// A notify datagram from the group of leader `leader`, sent by `uid`.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn notified(
         &mut self,
         leader: i32,
         uid: u32,
         ready: bool,
         status: Option<String>,
+        watchdog: Option<WatchdogMessage>,
+        extend_timeout: Option<Duration>,
         now: Instant,
     ) {
         let own_uid = self.own_uid;
@@ -262,8 +272,19 @@ impl Core {
         {
             worker.status_text = Some(text);
         }
+        if let Some(by) = extend_timeout
+            && let Some(worker) = app.workers.get_mut(&id)
+        {
+            match worker.extend_start(now, by) {
+                Ok(()) => app.dirty = true,
+                Err(refused) => self.ignored(refused),
+            }
+        }
         if ready && notify_ready {
             self.ready(leader, ReadyVia::Notify, now);
+        }
+        if let Some(message) = watchdog {
+            self.watchdog_message(leader, message, now);
         }
     }
 }

@@ -28,6 +28,13 @@
 //!   generation;
 //! - with `recreate` (a listen address that overlaps the old one), every
 //!   outdated worker is stopped first and the new ones start once all are gone;
+//! - a worker being recycled (unhealthy, over `max_memory`: the core marks
+//!   it) is replaced like an outdated one, within the same bounds, but its
+//!   replacement failing halts nothing;
+//! - a ready worker's liveness check is due `health.every` after the last
+//!   one started (the first one `every` after ready), and fails when not
+//!   answered within `health.timeout`; its watchdog deadline passing is a
+//!   step too;
 //! - while shutting down, every process is stopped and nothing starts.
 //!
 //! One call costs O(N log N) for N workers: they are grouped by slot once.
@@ -70,6 +77,15 @@ pub enum StopReason {
     WindDown,
     /// A command: `restart` or `stop`.
     Command,
+    /// Unhealthy or over its memory limit, and its replacement is ready.
+    Recycled,
+    /// Unhealthy, where it cannot be replaced first (a rollout is on, or
+    /// the policy will not restart it).
+    Unhealthy,
+    /// Over `max_memory`, where it cannot be replaced first.
+    OverMemory,
+    /// It missed its watchdog deadline.
+    Watchdog,
 }
 
 impl StopReason {
@@ -80,6 +96,10 @@ impl StopReason {
             StopReason::NotReady => "not ready in time",
             StopReason::WindDown => "shutdown",
             StopReason::Command => "command",
+            StopReason::Recycled => "replaced (unhealthy or over max_memory)",
+            StopReason::Unhealthy => "unhealthy",
+            StopReason::OverMemory => "over max_memory",
+            StopReason::Watchdog => "watchdog missed",
         }
     }
 }
@@ -105,6 +125,12 @@ pub enum Step {
     Remove { id: WorkerId },
     /// A replacement failed: stop replacing until the next generation.
     HaltRollout { generation: u64, slot: u32 },
+    /// Run a liveness check of a ready worker.
+    Check { id: WorkerId },
+    /// A liveness check got no answer within `health.timeout`: it failed.
+    CheckTimedOut { id: WorkerId },
+    /// A ready worker's watchdog deadline passed.
+    WatchdogMissed { id: WorkerId },
 }
 
 /// What to do now, and when to look again if nothing happens before.
@@ -171,6 +197,9 @@ pub fn reconcile(target: Target<'_>, workers: &Workers, now: Instant) -> Plan {
         wind_down(workers, &mut plan);
         return plan;
     }
+    for worker in workers.values() {
+        watch(worker, target.spec, now, &mut plan);
+    }
 
     let spec = target.spec;
     let desired = spec.instances;
@@ -201,11 +230,13 @@ pub fn reconcile(target: Target<'_>, workers: &Workers, now: Instant) -> Plan {
     let mut ready = 0usize;
     for worker in workers.values().filter(|w| w.slot < desired && !leaving(w)) {
         let slot = slots.entry(worker.slot).or_default();
-        if worker.generation >= generation {
+        if worker.generation >= generation && worker.recycle.is_none() {
             slot.current = Some(worker);
         } else {
+            // A worker being recycled is replaced like an outdated one, but
+            // its replacement failing halts no rollout.
             slot.outdated.push(worker);
-            has_outdated = true;
+            has_outdated |= worker.generation < generation;
         }
         ready += usize::from(worker.state.is_ready());
     }
@@ -218,7 +249,9 @@ pub fn reconcile(target: Target<'_>, workers: &Workers, now: Instant) -> Plan {
     });
     // While any outdated worker exists (draining ones included), creating is
     // bounded by `N + max_surge`.
-    let rolling = workers.values().any(|w| w.generation < generation);
+    let rolling = workers
+        .values()
+        .any(|w| w.generation < generation || w.recycle.is_some());
     let mut halted = target.rollout_halted;
 
     // A replacement that failed (crashed, or not ready in time) while old
@@ -415,15 +448,54 @@ fn wind_down(workers: &Workers, plan: &mut Plan) {
 /// Returns whether a ready worker was taken away.
 fn retire(old: &Worker, plan: &mut Plan) -> bool {
     if old.state.is_running() {
+        let reason = if old.recycle.is_some() {
+            StopReason::Recycled
+        } else {
+            StopReason::Outdated
+        };
         plan.steps.push(Step::Stop {
             id: old.id,
-            reason: StopReason::Outdated,
+            reason,
             then: AfterStop::Remove,
         });
     } else if !old.state.is_stopping() && old.state != State::Spawning {
         plan.steps.push(Step::Remove { id: old.id });
     }
     old.state.is_ready()
+}
+
+/// A ready worker's watchdog and liveness checks: what is due now, and when
+/// to look again. A worker being recycled is not checked any more (its
+/// replacement is on its way), but its watchdog still holds.
+fn watch(worker: &Worker, spec: &AppSpec, now: Instant, plan: &mut Plan) {
+    let State::Ready { since: ready, .. } = worker.state else {
+        return;
+    };
+    if let Some(watchdog) = worker.watchdog {
+        if now >= watchdog.deadline {
+            plan.steps.push(Step::WatchdogMissed { id: worker.id });
+            return;
+        }
+        plan.wake(watchdog.deadline);
+    }
+    let Some(health) = spec.health.as_ref().filter(|_| worker.recycle.is_none()) else {
+        return;
+    };
+    let (due, step) = match worker.health.in_flight {
+        Some((_, started)) => (
+            started + health.timeout,
+            Step::CheckTimedOut { id: worker.id },
+        ),
+        None => (
+            worker.health.next_check.unwrap_or(ready + health.every),
+            Step::Check { id: worker.id },
+        ),
+    };
+    if now >= due {
+        plan.steps.push(step);
+    } else {
+        plan.wake(due);
+    }
 }
 
 /// Keep one worker moving: start it (when `may_start`: a rollout already at
@@ -461,7 +533,8 @@ fn drive(worker: &Worker, spec: &AppSpec, now: Instant, may_start: bool, plan: &
                     plan.wake(since + after);
                 }
             }
-            let timeout = since + spec.ready_timeout;
+            let timeout =
+                (since + spec.ready_timeout).max(worker.ready_extended_to.unwrap_or(since));
             if now >= timeout {
                 plan.steps.push(Step::Stop {
                     id: worker.id,

@@ -99,6 +99,17 @@ fn late_and_unknown_news_is_a_no_op() {
             uid: 0,
             ready: true,
             status: None,
+            watchdog: Some(WatchdogMessage::Trigger),
+            extend_timeout: Some(Duration::from_secs(1)),
+        },
+        Input::Checked {
+            pid: 4242,
+            check: 1,
+            passed: false,
+            detail: "HTTP 500".into(),
+        },
+        Input::MemoryMeasured {
+            usage: vec![(4242, u64::MAX)],
         },
     ] {
         core.input(input, t0);

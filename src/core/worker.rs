@@ -22,12 +22,14 @@
 //! worker half-moved. Time is passed in: nothing here reads a clock or touches
 //! a process.
 
+mod liveness;
 mod outcome;
 mod state;
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+pub use liveness::{CheckVerdict, Health, Recycle, Verdict, Watchdog};
 pub use outcome::{Exit, Outcome, StartError, StartStage};
 pub use state::{ALLOWED, Kind, State, allowed};
 
@@ -107,6 +109,16 @@ pub struct Worker {
     pub last_outcome: Option<Outcome>,
     /// The last `STATUS=` the current process sent over the notify socket.
     pub status_text: Option<String>,
+    /// The liveness checks of the current process.
+    pub health: Health,
+    /// The watchdog of the current process, once it is ready.
+    pub watchdog: Option<Watchdog>,
+    /// `EXTEND_TIMEOUT_USEC=`: not ready in time only after this.
+    pub ready_extended_to: Option<Instant>,
+    /// Being replaced while it serves (unhealthy, over its memory limit).
+    pub recycle: Option<Recycle>,
+    /// The memory its instance used when last measured (bytes).
+    pub memory: Option<u64>,
 }
 
 impl Worker {
@@ -121,6 +133,11 @@ impl Worker {
             recent_restarts: VecDeque::new(),
             last_outcome: None,
             status_text: None,
+            health: Health::default(),
+            watchdog: None,
+            ready_extended_to: None,
+            recycle: None,
+            memory: None,
         }
     }
 
@@ -152,6 +169,10 @@ impl Worker {
             return Err(self.refuse("spawned"));
         }
         self.status_text = None;
+        self.health = Health::default();
+        self.watchdog = None;
+        self.ready_extended_to = None;
+        self.memory = None;
         self.enter(
             State::Starting {
                 pid,
@@ -381,13 +402,7 @@ impl Worker {
             self.attempt = 0;
         }
         if let Some(limit) = rules.max_restarts {
-            while self
-                .recent_restarts
-                .front()
-                .is_some_and(|at| now.saturating_duration_since(*at) >= limit.within)
-            {
-                self.recent_restarts.pop_front();
-            }
+            liveness::prune(&mut self.recent_restarts, now, limit.within);
             if self.recent_restarts.len() >= limit.count as usize {
                 self.enter(State::Failed, input)?;
                 self.last_outcome = Some(outcome);

@@ -218,10 +218,14 @@ pub fn clear(root: &Path) -> usize {
     count
 }
 
-/// Processes in a cgroup and every cgroup below it.
 /// How many processes a cgroup and its descendants hold.
 pub fn count_processes(root: &Path) -> usize {
-    subtree(root).iter().map(|c| pids(c).len()).sum()
+    processes(root).len()
+}
+
+/// The processes of a cgroup and of every cgroup below it.
+pub fn processes(root: &Path) -> Vec<i32> {
+    subtree(root).iter().flat_map(|c| pids(c)).collect()
 }
 
 /// A cgroup and its descendants, parents before children, at most

@@ -24,9 +24,9 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 
 use super::spawn::ExecStatus;
-use super::{BindError, Effects, Reaped, SpawnFailure};
-use crate::core::SpawnOrder;
+use super::{BindError, CheckAnswer, Effects, Reaped, SpawnFailure};
 use crate::core::worker::{Exit, StartError};
+use crate::core::{CheckOrder, SpawnOrder};
 use crate::spec::{ListenAddress, Readiness, SocketKey};
 
 /// How a fake process behaves.
@@ -132,6 +132,10 @@ pub struct FakeEffects {
     announces_empty_groups: bool,
     /// Groups that had a member when last looked at (announced mode).
     populated: BTreeSet<i32>,
+    /// Liveness checks running, by the leader of the worker checked.
+    checks: BTreeMap<i32, CheckOrder>,
+    /// A memory measurement asked for and not answered yet: the leaders.
+    pub measuring: Option<Vec<i32>>,
 }
 
 impl FakeEffects {
@@ -151,6 +155,8 @@ impl FakeEffects {
             probes: HashSet::new(),
             announces_empty_groups: false,
             populated: BTreeSet::new(),
+            checks: BTreeMap::new(),
+            measuring: None,
         }
     }
 
@@ -260,6 +266,16 @@ impl FakeEffects {
         self.processes
             .get(&pgid)
             .is_some_and(|p| p.group_alive(self.now))
+    }
+
+    /// The liveness checks running: `(leader, check number)`.
+    pub fn checks(&self) -> impl Iterator<Item = (i32, u64)> + '_ {
+        self.checks.values().map(|c| (c.pid, c.check))
+    }
+
+    /// The check of `pid` is answered (by the driver): it no longer runs.
+    pub fn check_done(&mut self, pid: i32) -> Option<CheckOrder> {
+        self.checks.remove(&pid)
     }
 
     /// Sockets bound now.
@@ -446,6 +462,28 @@ impl Effects for FakeEffects {
             self.sockets.remove(key);
         }
         gone
+    }
+
+    fn check(&mut self, order: &CheckOrder) {
+        self.history.push(format!(
+            "check {}.{} pid {} #{}",
+            order.app, order.slot, order.pid, order.check
+        ));
+        self.checks.insert(order.pid, order.clone());
+    }
+
+    fn cancel_check(&mut self, pid: i32) {
+        self.checks.remove(&pid);
+    }
+
+    fn take_check_answers(&mut self) -> Vec<CheckAnswer> {
+        Vec::new()
+    }
+
+    fn measure_memory(&mut self, pids: Vec<i32>) {
+        self.history
+            .push(format!("measure memory of {} instances", pids.len()));
+        self.measuring = Some(pids);
     }
 
     fn notify_systemd(&mut self, state: &str) {

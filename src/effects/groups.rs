@@ -157,6 +157,28 @@ impl Groups {
         }
     }
 
+    /// Where a helper of instance `pgid` goes (an `exec` health check): into
+    /// its cgroup, carrying its token, so that it is accounted, stopped and
+    /// cleaned up with the instance. `None` for an instance we do not know.
+    pub fn beside(&self, pgid: i32) -> Option<std::io::Result<Placement>> {
+        let group = self.groups.get(&pgid)?;
+        let cgroup = match &group.cgroup {
+            Some(path) => match std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+                .open(path)
+            {
+                Ok(dir) => Some((path.clone(), OwnedFd::from(dir))),
+                Err(error) => return Some(Err(error)),
+            },
+            None => None,
+        };
+        Some(Ok(Placement {
+            cgroup,
+            token: group.token.clone(),
+        }))
+    }
+
     /// The process placed by `placement` started: its leader is `pgid`.
     pub fn started(&mut self, pgid: i32, placement: Placement) {
         let cgroup = placement.cgroup.map(|(path, _)| path);

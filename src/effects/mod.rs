@@ -25,6 +25,7 @@ pub mod system;
 pub mod systemd;
 pub mod tracking;
 pub mod undertaker;
+pub mod usage;
 pub mod watch;
 
 use std::collections::HashSet;
@@ -33,8 +34,8 @@ use std::time::Instant;
 
 use nix::sys::signal::Signal;
 
-use crate::core::SpawnOrder;
 use crate::core::worker::{Exit, StartError};
+use crate::core::{CheckOrder, SpawnOrder};
 use crate::spec::{ListenAddress, SocketKey};
 pub use procfs::GroupUsage;
 pub use sockets::BindError;
@@ -46,6 +47,18 @@ pub struct Reaped {
     pub exit: Exit,
     /// Set when the process never ran the program (the status pipe said why).
     pub start_error: Option<StartError>,
+}
+
+/// The answer of a liveness check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckAnswer {
+    /// The leader of the worker checked.
+    pub pid: i32,
+    /// The check's number.
+    pub check: u64,
+    pub passed: bool,
+    /// Why it failed, in words.
+    pub detail: String,
 }
 
 /// A spawn that created no process.
@@ -101,6 +114,22 @@ pub trait Effects {
 
     /// Stop the readiness probe of process `pid`, if one runs.
     fn cancel_probe(&mut self, pid: i32);
+
+    /// Start a liveness check. Its answer comes back later: as an event
+    /// from a task (tcp, http), or from [`Effects::take_check_answers`]
+    /// once its process is reaped (exec).
+    fn check(&mut self, order: &CheckOrder);
+
+    /// Stop the liveness check of the worker led by `pid`, if one runs; it
+    /// will not be answered.
+    fn cancel_check(&mut self, pid: i32);
+
+    /// The answers of `exec` checks whose process was reaped.
+    fn take_check_answers(&mut self) -> Vec<CheckAnswer>;
+
+    /// Measure the memory of the instances led by `pids`, off the loop;
+    /// the answer comes back as an event.
+    fn measure_memory(&mut self, pids: Vec<i32>);
 
     /// The socket for `key` (bound now for `app` if new), and where it is bound.
     fn bind(&mut self, key: &SocketKey, app: &str) -> Result<(RawFd, ListenAddress), BindError>;

@@ -16,12 +16,14 @@ use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
+use std::time::Duration;
 
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 use tracing::debug;
 
 use super::procfs;
+use crate::core::WatchdogMessage;
 
 /// The largest datagram accepted; a longer one is dropped (systemd uses the same bound).
 pub const MAX_DATAGRAM: usize = 4096;
@@ -42,24 +44,49 @@ pub struct Notification {
     pub ready: bool,
     pub stopping: bool,
     pub status: Option<String>,
+    /// `WATCHDOG=1` or `WATCHDOG=trigger`.
+    pub watchdog: Option<WatchdogMessage>,
+    /// `EXTEND_TIMEOUT_USEC=`.
+    pub extend_timeout: Option<Duration>,
+}
+
+/// The fields of a notify message we use.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Message {
+    pub ready: bool,
+    pub stopping: bool,
+    pub status: Option<String>,
+    pub main_pid: Option<i32>,
+    pub watchdog: Option<WatchdogMessage>,
+    pub extend_timeout: Option<Duration>,
 }
 
 /// The fields of a notify message we use; unknown lines are ignored.
 /// `None` for a message that is not `KEY=VALUE` lines of UTF-8.
-pub fn parse_message(bytes: &[u8]) -> Option<(bool, bool, Option<String>, Option<i32>)> {
+pub fn parse_message(bytes: &[u8]) -> Option<Message> {
     let text = std::str::from_utf8(bytes).ok()?;
-    let (mut ready, mut stopping, mut status, mut main_pid) = (false, false, None, None);
+    let mut message = Message::default();
     for line in text.split('\n').filter(|l| !l.is_empty()) {
         let (key, value) = line.split_once('=')?;
         match key {
-            "READY" => ready |= value == "1",
-            "STOPPING" => stopping |= value == "1",
-            "STATUS" => status = Some(value.chars().take(MAX_STATUS_CHARS).collect()),
-            "MAINPID" => main_pid = value.parse().ok(),
+            "READY" => message.ready |= value == "1",
+            "STOPPING" => message.stopping |= value == "1",
+            "STATUS" => message.status = Some(value.chars().take(MAX_STATUS_CHARS).collect()),
+            "MAINPID" => message.main_pid = value.parse().ok(),
+            "WATCHDOG" => {
+                message.watchdog = match value {
+                    "1" => Some(WatchdogMessage::Ping),
+                    "trigger" => Some(WatchdogMessage::Trigger),
+                    _ => message.watchdog,
+                }
+            }
+            "EXTEND_TIMEOUT_USEC" => {
+                message.extend_timeout = value.parse().ok().map(Duration::from_micros);
+            }
             _ => {}
         }
     }
-    Some((ready, stopping, status, main_pid))
+    Some(message)
 }
 
 /// The bound socket and the address workers get in `NOTIFY_SOCKET`.
@@ -192,7 +219,7 @@ fn receive(fd: RawFd, buffer: &mut [u8]) -> io::Result<Option<Notification>> {
         debug!("notify socket: dropped a datagram without credentials");
         return Ok(None);
     };
-    let Some((ready, stopping, status, main_pid)) = parse_message(&buffer[..length]) else {
+    let Some(message) = parse_message(&buffer[..length]) else {
         debug!(
             "notify socket: dropped a malformed datagram from pid {}",
             credentials.pid
@@ -203,10 +230,12 @@ fn receive(fd: RawFd, buffer: &mut [u8]) -> io::Result<Option<Notification>> {
         sender_pid: credentials.pid,
         sender_uid: credentials.uid,
         sender_pgid: procfs::pgrp(credentials.pid),
-        main_pid,
-        ready,
-        stopping,
-        status,
+        main_pid: message.main_pid,
+        ready: message.ready,
+        stopping: message.stopping,
+        status: message.status,
+        watchdog: message.watchdog,
+        extend_timeout: message.extend_timeout,
     }))
 }
 
@@ -218,24 +247,50 @@ mod tests {
     fn parses_the_fields_we_use_and_ignores_others() {
         assert_eq!(
             parse_message(b"READY=1\nSTATUS=warming up\n"),
-            Some((true, false, Some("warming up".into()), None))
+            Some(Message {
+                ready: true,
+                status: Some("warming up".into()),
+                ..Message::default()
+            })
         );
         assert_eq!(
             parse_message(b"STOPPING=1"),
-            Some((false, true, None, None))
+            Some(Message {
+                stopping: true,
+                ..Message::default()
+            })
         );
         assert_eq!(
             parse_message(b"MAINPID=42\nREADY=1\nX_CUSTOM=7"),
-            Some((true, false, None, Some(42)))
+            Some(Message {
+                ready: true,
+                main_pid: Some(42),
+                ..Message::default()
+            })
         );
-        assert_eq!(parse_message(b"READY=0"), Some((false, false, None, None)));
+        assert_eq!(parse_message(b"READY=0"), Some(Message::default()));
         assert_eq!(parse_message(b"garbage without equals"), None);
         assert_eq!(parse_message(b"READY=1\xff"), None);
         let long = format!("STATUS={}", "x".repeat(1000));
         assert_eq!(
-            parse_message(long.as_bytes()).unwrap().2.unwrap().len(),
+            parse_message(long.as_bytes())
+                .unwrap()
+                .status
+                .unwrap()
+                .len(),
             MAX_STATUS_CHARS
         );
+    }
+
+    #[test]
+    fn parses_the_watchdog_and_extend_timeout() {
+        let message = parse_message(b"WATCHDOG=1\nEXTEND_TIMEOUT_USEC=2500000").unwrap();
+        assert_eq!(message.watchdog, Some(WatchdogMessage::Ping));
+        assert_eq!(message.extend_timeout, Some(Duration::from_millis(2500)));
+        let trigger = parse_message(b"WATCHDOG=trigger").unwrap();
+        assert_eq!(trigger.watchdog, Some(WatchdogMessage::Trigger));
+        let odd = parse_message(b"WATCHDOG=0\nEXTEND_TIMEOUT_USEC=soon").unwrap();
+        assert_eq!((odd.watchdog, odd.extend_timeout), (None, None));
     }
 
     #[tokio::test]

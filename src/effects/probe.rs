@@ -1,9 +1,12 @@
-//! Readiness probes: `ready: {tcp: ADDR}` and `ready: {http: URL}`.
+//! Readiness probes (`ready: {tcp: ADDR}`, `ready: {http: URL}`) and the
+//! same two kinds of liveness check (`health: {tcp|http}`).
 //!
-//! A probe runs every [`PROBE_INTERVAL`] from the spawn until it succeeds; the
-//! `ready_timeout` is the reconciler's business. Each attempt is bounded by
-//! [`PROBE_ATTEMPT_TIMEOUT`]. An HTTP probe is a plain `GET` that must be
-//! answered `2xx`; it reads at most the status line.
+//! A readiness probe runs every [`PROBE_INTERVAL`] from the spawn until it
+//! succeeds; the `ready_timeout` is the reconciler's business. Each attempt
+//! is bounded by [`PROBE_ATTEMPT_TIMEOUT`]. A liveness check is one attempt,
+//! bounded by its `health.timeout`, that says why it failed. An HTTP probe
+//! is a plain `GET` that must be answered `2xx`; it reads at most the
+//! status line.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -22,15 +25,33 @@ const MAX_STATUS_LINE: usize = 1024;
 
 /// One attempt: does it answer as ready?
 pub async fn attempt(probe: &Probe) -> bool {
+    check(probe, PROBE_ATTEMPT_TIMEOUT).await.is_ok()
+}
+
+/// One attempt within `timeout`: `Ok`, or why not (`connection refused`,
+/// `HTTP 500`, `no answer within 2s`).
+pub async fn check(probe: &Probe, timeout: Duration) -> Result<(), String> {
     let work = async {
         match probe {
-            Probe::Tcp(address) => TcpStream::connect(address).await.is_ok(),
-            Probe::Http { address, path } => http_ok(address, path).await.unwrap_or(false),
+            Probe::Tcp(address) => TcpStream::connect(address)
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string()),
+            Probe::Http { address, path } => match http_status(address, path).await {
+                Ok(status) if status_is_2xx(&status) => Ok(()),
+                Ok(status) => Err(describe_status(&status)),
+                Err(error) => Err(error.to_string()),
+            },
         }
     };
-    tokio::time::timeout(PROBE_ATTEMPT_TIMEOUT, work)
+    tokio::time::timeout(timeout, work)
         .await
-        .unwrap_or(false)
+        .unwrap_or_else(|_| {
+            Err(format!(
+                "no answer within {}",
+                humantime::format_duration(timeout)
+            ))
+        })
 }
 
 /// Try every [`PROBE_INTERVAL`] until an attempt succeeds.
@@ -45,7 +66,8 @@ pub async fn until_ready(probe: &Probe) {
     }
 }
 
-async fn http_ok(address: &SocketAddr, path: &str) -> std::io::Result<bool> {
+/// The first bytes of the answer to a `GET` (its status line).
+async fn http_status(address: &SocketAddr, path: &str) -> std::io::Result<Vec<u8>> {
     let mut stream = TcpStream::connect(address).await?;
     let request = format!(
         "GET {path} HTTP/1.1\r\nHost: {address}\r\nUser-Agent: supervise-probe\r\nConnection: close\r\n\r\n"
@@ -60,7 +82,22 @@ async fn http_ok(address: &SocketAddr, path: &str) -> std::io::Result<bool> {
         }
         answer.extend_from_slice(&chunk[..n]);
     }
-    Ok(status_is_2xx(&answer))
+    Ok(answer)
+}
+
+/// `HTTP 500`, or what was answered instead of a status line.
+fn describe_status(answer: &[u8]) -> String {
+    let line = answer.split(|b| *b == b'\n').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    let mut words = line.split_whitespace();
+    match (words.next(), words.next()) {
+        (Some(version), Some(code)) if version.starts_with("HTTP/") => format!("HTTP {code}"),
+        _ if line.trim().is_empty() => "an empty answer".to_string(),
+        _ => format!(
+            "not an HTTP answer: {:?}",
+            line.chars().take(40).collect::<String>()
+        ),
+    }
 }
 
 /// `HTTP/1.x 2NN …`
@@ -118,5 +155,44 @@ mod tests {
         };
         assert!(!attempt(&probe).await, "503 is not ready");
         assert!(attempt(&probe).await, "200 is ready");
+    }
+
+    #[tokio::test]
+    async fn a_check_says_why_it_failed() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let refused = check(&Probe::Tcp(closed), Duration::from_secs(1)).await;
+        assert!(refused.unwrap_err().contains("refused"));
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let probe = Probe::Http {
+            address,
+            path: "/health".into(),
+        };
+        // Accepted and never answered: the timeout says so.
+        let silent = tokio::spawn(async move {
+            let (socket, _) = listener.accept().await.unwrap();
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            drop(socket);
+            listener
+        });
+        let slow = check(&probe, Duration::from_millis(200)).await;
+        assert_eq!(slow.unwrap_err(), "no answer within 200ms");
+        let listener = silent.await.unwrap();
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut request = [0u8; 512];
+            let _ = socket.read(&mut request).await;
+            let _ = socket
+                .write_all(b"HTTP/1.1 500 Internal Server Error\r\n\r\n")
+                .await;
+        });
+        assert_eq!(
+            check(&probe, Duration::from_secs(1)).await.unwrap_err(),
+            "HTTP 500"
+        );
     }
 }

@@ -56,6 +56,15 @@ pub fn group_usage() -> std::collections::HashMap<i32, GroupUsage> {
     usage
 }
 
+/// The resident memory of process `pid` (`/proc/PID/statm`), if it exists.
+pub fn rss_bytes(pid: i32) -> Option<u64> {
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    Some(pages * page)
+}
+
 /// Every process whose environment has an entry starting with `prefix`
 /// (`SUPERVISE_RUN=<token>.`), by the entry's value (`<token>.<n>`): the
 /// processes a run started, wherever they went.

@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 use tracing::{error, warn};
 
 use super::control::LogHub;
-use super::groups::Groups;
+use super::groups::{self, Groups};
 use super::output::{self, LogFormat, LogSink, Source, Stream};
 use super::probe;
 use super::sockets::{BindError, SocketRegistry};
@@ -31,9 +31,10 @@ use super::spawn::{self, ExecStatus, SpawnRequest, Spawner};
 use super::systemd::SystemdNotifier;
 use super::tracking::Tracking;
 use super::undertaker::Undertaker;
-use super::{Effects, Reaped, SpawnFailure};
-use crate::core::SpawnOrder;
+use super::usage;
+use super::{CheckAnswer, Effects, Reaped, SpawnFailure};
 use crate::core::worker::{Exit, StartError, StartStage};
+use crate::core::{CheckOrder, CheckTarget, SpawnOrder};
 use crate::spec::{ListenAddress, Readiness, SocketKey};
 
 /// How long the last reap of killed adopted processes may take at shutdown.
@@ -50,6 +51,29 @@ pub struct Reports {
     pub exec: mpsc::Sender<ExecReport>,
     /// An instance's processes changed (a cgroup emptied).
     pub groups: mpsc::Sender<()>,
+    /// A tcp or http liveness check answered.
+    pub checks: mpsc::Sender<CheckAnswer>,
+    /// What instances use in memory: `(leader pid, bytes)`.
+    pub memory: mpsc::Sender<Vec<(i32, u64)>>,
+}
+
+/// A liveness check that runs.
+enum RunningCheck {
+    /// A tcp or http check: a task.
+    Task(tokio::task::AbortHandle),
+    /// An `exec` check: its process (answered when it is reaped).
+    Process(i32),
+}
+
+/// The process of an `exec` liveness check.
+struct CheckProcess {
+    /// The leader of the worker checked, and the check's number.
+    worker: i32,
+    check: u64,
+    /// Its exec-status pipe: why it could not run, if it could not.
+    status: OwnedFd,
+    /// Cancelled (timed out, or its worker stops): killed, and not answered.
+    cancelled: bool,
 }
 
 /// What the real effects need from the start-up.
@@ -95,6 +119,12 @@ pub struct System {
     /// Reaped before their exec status was read: `pid → exit`.
     deferred: HashMap<i32, Exit>,
     reports: Reports,
+    /// Liveness checks that run, by the leader of the worker checked.
+    checks: HashMap<i32, RunningCheck>,
+    /// The processes of `exec` checks, by their pid.
+    check_processes: HashMap<i32, CheckProcess>,
+    /// Answers of `exec` checks reaped, for the loop to take.
+    check_answers: Vec<CheckAnswer>,
 }
 
 impl System {
@@ -107,6 +137,9 @@ impl System {
             processes: HashMap::new(),
             deferred: HashMap::new(),
             reports,
+            checks: HashMap::new(),
+            check_processes: HashMap::new(),
+            check_answers: Vec::new(),
         }
     }
 
@@ -203,6 +236,84 @@ impl System {
                 Exec::Known(None)
             }
         }
+    }
+
+    /// Start the process of an `exec` check in its worker's cgroup (or with
+    /// its token), in a process group of its own; its output is read and
+    /// dropped.
+    fn start_check_process(
+        &mut self,
+        order: &CheckOrder,
+        argv: &[crate::spec::Template],
+        definition: &crate::spec::ProcessDefinition,
+    ) -> Result<i32, String> {
+        let process = crate::spec::ProcessDefinition {
+            argv: argv.to_vec(),
+            program: None,
+            shell: false,
+            listen: Vec::new(),
+            watchdog: None,
+            ..definition.clone()
+        };
+        let placement = match self.groups.beside(order.pid) {
+            Some(Ok(placement)) => placement,
+            Some(Err(error)) => return Err(format!("cannot open the instance's cgroup: {error}")),
+            None => return Err("the instance is gone".into()),
+        };
+        let request = SpawnRequest {
+            app: &order.app,
+            slot: order.slot,
+            process: &process,
+            readiness: &Readiness::Immediate,
+            listen_fds: &[],
+            listen_bound: &[],
+            notify_socket: None,
+            base_env: &self.setup.base_env,
+            nofile_soft: self.setup.nofile_soft,
+            run_token: placement.token.as_deref(),
+        };
+        let cgroup = placement.cgroup.as_ref().map(|(_, fd)| fd.as_raw_fd());
+        let spawned = spawn::spawn(&request, &mut self.setup.spawner, cgroup)
+            .map_err(|e| format!("cannot start the check: {e}"))?;
+        for fd in [spawned.stdout, spawned.stderr] {
+            tokio::spawn(output::discard(fd));
+        }
+        self.check_processes.insert(
+            spawned.pid,
+            CheckProcess {
+                worker: order.pid,
+                check: order.check,
+                status: spawned.exec_status,
+                cancelled: false,
+            },
+        );
+        Ok(spawned.pid)
+    }
+
+    /// The process of an `exec` check was reaped: its answer, unless it
+    /// was cancelled.
+    fn check_process_ended(&mut self, process: CheckProcess, exit: Exit) {
+        if self
+            .checks
+            .get(&process.worker)
+            .is_some_and(|c| matches!(c, RunningCheck::Process(_)))
+        {
+            self.checks.remove(&process.worker);
+        }
+        if process.cancelled {
+            return;
+        }
+        let (passed, detail) = match (spawn::read_status(&process.status), exit) {
+            (ExecStatus::Failed(error), _) => (false, format!("could not run: {error}")),
+            (_, Exit::Code(0)) => (true, String::new()),
+            (_, exit) => (false, exit.to_string()),
+        };
+        self.check_answers.push(CheckAnswer {
+            pid: process.worker,
+            check: process.check,
+            passed,
+            detail,
+        });
     }
 
     fn start_probe(&self, order: &SpawnOrder, pid: i32) -> Option<tokio::task::AbortHandle> {
@@ -344,6 +455,10 @@ impl Effects for System {
                 }
                 continue;
             }
+            if let Some(process) = self.check_processes.remove(&pid) {
+                self.check_process_ended(process, exit);
+                continue;
+            }
             if Some(pid) == self.setup.spawner.pid() {
                 self.setup.spawner.lost();
                 error!("the spawner (pid {pid}) {exit}; another starts with the next spawn");
@@ -408,6 +523,73 @@ impl Effects for System {
         if let Some(probe) = self.processes.get_mut(&pid).and_then(|t| t.probe.take()) {
             probe.abort();
         }
+    }
+
+    fn check(&mut self, order: &CheckOrder) {
+        let running = match &order.target {
+            CheckTarget::Probe(probe) => {
+                let (probe, timeout, report) =
+                    (probe.clone(), order.timeout, self.reports.checks.clone());
+                let (pid, check) = (order.pid, order.check);
+                let task = tokio::spawn(async move {
+                    let result = probe::check(&probe, timeout).await;
+                    let answer = CheckAnswer {
+                        pid,
+                        check,
+                        passed: result.is_ok(),
+                        detail: result.err().unwrap_or_default(),
+                    };
+                    let _ = report.send(answer).await;
+                });
+                RunningCheck::Task(task.abort_handle())
+            }
+            CheckTarget::Exec { argv, definition } => {
+                match self.start_check_process(order, argv, definition) {
+                    Ok(pid) => RunningCheck::Process(pid),
+                    Err(detail) => {
+                        self.check_answers.push(CheckAnswer {
+                            pid: order.pid,
+                            check: order.check,
+                            passed: false,
+                            detail,
+                        });
+                        return;
+                    }
+                }
+            }
+        };
+        self.checks.insert(order.pid, running);
+    }
+
+    fn cancel_check(&mut self, pid: i32) {
+        match self.checks.remove(&pid) {
+            Some(RunningCheck::Task(task)) => task.abort(),
+            Some(RunningCheck::Process(process)) => {
+                if let Some(running) = self.check_processes.get_mut(&process) {
+                    running.cancelled = true;
+                    // Not reaped yet (it is still in the map), so the pid is
+                    // still its group's.
+                    groups::killpg(process, libc::SIGKILL);
+                }
+            }
+            None => {}
+        }
+    }
+
+    fn take_check_answers(&mut self) -> Vec<CheckAnswer> {
+        std::mem::take(&mut self.check_answers)
+    }
+
+    fn measure_memory(&mut self, pids: Vec<i32>) {
+        let cgroups: HashMap<i32, std::path::PathBuf> = self.groups.cgroups().into_iter().collect();
+        let instances: Vec<(i32, Option<std::path::PathBuf>)> = pids
+            .into_iter()
+            .map(|pid| (pid, cgroups.get(&pid).cloned()))
+            .collect();
+        let report = self.reports.memory.clone();
+        tokio::task::spawn_blocking(move || {
+            let _ = report.blocking_send(usage::memory(&instances));
+        });
     }
 
     fn bind(&mut self, key: &SocketKey, app: &str) -> Result<(RawFd, ListenAddress), BindError> {

@@ -109,7 +109,7 @@ impl Undertaker {
             cwd: b"/".to_vec(),
             argv,
             env: Vec::new(),
-            listen_pid: false,
+            pid_variables: Vec::new(),
             identity: None,
             nofile_soft: libc::RLIM_INFINITY,
             die_with_parent: false,

@@ -268,6 +268,8 @@ impl World {
             ready: true,
             stopping: false,
             status: Some("serving".into()),
+            watchdog: None,
+            extend_timeout: None,
         }));
     }
 

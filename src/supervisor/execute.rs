@@ -41,6 +41,9 @@ impl<E: Effects> Supervisor<E> {
                     self.effects.forget_group(pgid);
                 }
                 Action::CancelProbe { pid } => self.effects.cancel_probe(pid),
+                Action::Check(order) => self.effects.check(&order),
+                Action::CancelCheck { pid } => self.effects.cancel_check(pid),
+                Action::MeasureMemory { pids } => self.effects.measure_memory(pids),
                 Action::SweepSockets => sweep = true,
                 Action::Systemd(state) => self.effects.notify_systemd(state),
                 Action::ForgetOutput { app, slot } => self.effects.forget_output(&app, slot),

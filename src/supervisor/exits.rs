@@ -22,6 +22,9 @@ impl<E: Effects> Supervisor<E> {
                 now,
             );
         }
+        for answer in self.effects.take_check_answers() {
+            self.check_answered(answer, now);
+        }
         self.check_draining(now);
     }
 

@@ -4,8 +4,9 @@
 //!
 //! [`Supervisor::handle`] takes one event (a child exited, a signal, a new
 //! version of the file, an exec status, a probe result, a notify datagram, a
-//! timer) and does not return before the core has settled: every spawn it
-//! ordered has been tried and its result fed back. It is generic over the
+//! health check's answer, a memory measurement, a timer) and does not return
+//! before the core has settled: every spawn it ordered has been tried and its
+//! result fed back. It is generic over the
 //! effects, so the same code runs on the real system ([`run`]) and in the
 //! deterministic simulation (`tests/simulation.rs`) over a fake process table.
 //!
@@ -30,10 +31,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::core::Core;
-use crate::effects::Effects;
 use crate::effects::notify::Notification;
 use crate::effects::spawn::ExecStatus;
 pub use crate::effects::watch::{Load, Loaded};
+use crate::effects::{CheckAnswer, Effects};
 use crate::spec::Desired;
 
 /// While a stopped worker's leader is gone but its group is not yet empty,
@@ -60,6 +61,10 @@ pub enum Event {
     ProbeSucceeded { pid: i32 },
     /// A datagram on the notify socket.
     Notified(Notification),
+    /// A liveness check answered.
+    Checked(CheckAnswer),
+    /// What instances use in memory: `(leader pid, bytes)`.
+    MemoryMeasured(Vec<(i32, u64)>),
     /// The processes of some instance changed (a cgroup emptied).
     GroupsChanged,
     /// The time [`Supervisor::next_wake`] asked for came.
@@ -165,6 +170,8 @@ impl<E: Effects> Supervisor<E> {
             Event::ExecStatus { pid, status } => self.exec_status(pid, status, now),
             Event::ProbeSucceeded { pid } => self.probe_succeeded(pid, now),
             Event::Notified(notification) => self.notified(notification, now),
+            Event::Checked(answer) => self.check_answered(answer, now),
+            Event::MemoryMeasured(usage) => self.memory_measured(usage, now),
             Event::GroupsChanged => self.groups_changed(now),
             Event::Timer => self.timer(now),
         }

@@ -1,5 +1,6 @@
-//! Readiness news: a process ran its program (or could not), a probe
-//! answered, a worker spoke on the notify socket.
+//! Readiness and liveness news: a process ran its program (or could not), a
+//! probe or a health check answered, a worker spoke on the notify socket
+//! (readiness, its watchdog), a memory measurement came back.
 //!
 //! A notify datagram is attributed to the worker whose process group holds
 //! the sender (the notify task read the sender's group from /proc when the
@@ -10,9 +11,9 @@ use std::time::Instant;
 
 use super::Supervisor;
 use crate::core::Input;
-use crate::effects::Effects;
 use crate::effects::notify::Notification;
 use crate::effects::spawn::ExecStatus;
+use crate::effects::{CheckAnswer, Effects};
 
 impl<E: Effects> Supervisor<E> {
     pub(super) fn exec_status(&mut self, pid: i32, status: ExecStatus, now: Instant) {
@@ -65,8 +66,30 @@ impl<E: Effects> Supervisor<E> {
                 uid: notification.sender_uid,
                 ready: notification.ready,
                 status: notification.status,
+                watchdog: notification.watchdog,
+                extend_timeout: notification.extend_timeout,
             },
             now,
         );
+    }
+
+    pub(super) fn check_answered(&mut self, answer: CheckAnswer, now: Instant) {
+        let CheckAnswer {
+            pid,
+            check,
+            passed,
+            detail,
+        } = answer;
+        let input = Input::Checked {
+            pid,
+            check,
+            passed,
+            detail,
+        };
+        self.core.input(input, now);
+    }
+
+    pub(super) fn memory_measured(&mut self, usage: Vec<(i32, u64)>, now: Instant) {
+        self.core.input(Input::MemoryMeasured { usage }, now);
     }
 }

@@ -264,10 +264,107 @@ pub fn event(event: &Event, shown: &str) {
             app = %app, pid,
             "notify datagram for {app} from uid {uid}, not the worker's uid {expected}; ignored"
         ),
+        Event::CheckFailed {
+            instance,
+            pid,
+            failures,
+            threshold,
+            counted,
+            detail,
+        } => {
+            let count = if *counted {
+                format!("{failures}/{threshold} in a row")
+            } else {
+                "within grace, not counted".to_string()
+            };
+            info!(
+                event = "check_failed", app = %instance.app, slot = instance.slot, pid,
+                generation = instance.generation, failures, threshold, counted, detail = %detail,
+                "{} health check failed ({count}): {detail}", label(instance)
+            );
+        }
+        Event::Healthy { instance, pid } => info!(
+            event = "healthy", app = %instance.app, slot = instance.slot, pid,
+            generation = instance.generation,
+            "{} is healthy again (pid {pid})", label(instance)
+        ),
+        Event::Unhealthy {
+            instance,
+            pid,
+            failures,
+            detail,
+        } => warn!(
+            event = "unhealthy", app = %instance.app, slot = instance.slot, pid,
+            generation = instance.generation, failures, detail = %detail,
+            "{} is unhealthy (pid {pid}): {failures} health checks failed in a row, the last: {detail}",
+            label(instance)
+        ),
+        Event::MemoryExceeded {
+            instance,
+            pid,
+            rss_bytes,
+            limit_bytes,
+        } => warn!(
+            event = "memory_exceeded", app = %instance.app, slot = instance.slot, pid,
+            generation = instance.generation, rss_bytes, limit_bytes,
+            "{} uses {} (pid {pid}), over its max_memory of {}",
+            label(instance), bytes(*rss_bytes), bytes(*limit_bytes)
+        ),
+        Event::WatchdogMissed {
+            instance,
+            pid,
+            period,
+            silent_for,
+            triggered,
+            signal,
+        } => {
+            let why = if *triggered {
+                "sent WATCHDOG=trigger".to_string()
+            } else {
+                format!(
+                    "sent no WATCHDOG=1 for {} (watchdog {})",
+                    short_duration(*silent_for),
+                    short_duration(*period)
+                )
+            };
+            warn!(
+                event = "watchdog_missed", app = %instance.app, slot = instance.slot, pid,
+                generation = instance.generation, triggered, watchdog_ms = millis(*period),
+                silent_ms = millis(*silent_for), signal = signal.as_str(),
+                "{} {why}: {} to its processes (leader pid {pid})", label(instance), signal.as_str()
+            );
+        }
+        Event::Recycling {
+            instance,
+            pid,
+            why,
+            attempt,
+            delay,
+        } => info!(
+            event = "recycling", app = %instance.app, slot = instance.slot, pid,
+            generation = instance.generation, reason = %why, attempt, delay_ms = millis(*delay),
+            "{} {why}: a new instance starts in {} (restart {attempt}); pid {pid} serves until it is ready",
+            label(instance), short_duration(*delay)
+        ),
         Event::Reconciled { app, passes } => {
             debug!(event = "reconciled", app = %app, passes, "{app}: reconciled")
         }
         Event::Ignored(refused) => debug!("{refused}; ignored"),
         Event::Anomaly(what) => error!(event = "anomaly", "internal: {what}"),
     }
+}
+
+/// A byte count as people read it: `312.4 MiB`.
+fn bytes(count: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if count < 1024 {
+        return format!("{count} B");
+    }
+    let mut value = count as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
 }

@@ -8,7 +8,6 @@
 //! is taken in batches of at most [`BATCH`] before the core converges once,
 //! so a burst costs one reconcile per app, not one per message.
 
-use std::collections::HashMap;
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::PathBuf;
@@ -27,7 +26,7 @@ use crate::effects::signals;
 use crate::effects::sockets::SocketRegistry;
 use crate::effects::system::{Reports, Setup, System};
 use crate::effects::watch::FileWatcher;
-use crate::effects::{cgroup, procfs};
+use crate::effects::{procfs, usage};
 use crate::spec::Desired;
 
 /// New versions of the file waiting for the loop (the loader waits when full).
@@ -84,10 +83,15 @@ pub async fn run(launch: Launch) -> std::io::Result<()> {
     let (exec_sender, mut exec_reports) = mpsc::channel(EVENT_QUEUE);
     // One pending "an instance's processes changed" is enough: they coalesce.
     let (groups_sender, mut group_changes) = mpsc::channel(1);
+    let (checks_sender, mut check_answers) = mpsc::channel(EVENT_QUEUE);
+    // One measurement runs at a time (the core waits for its answer).
+    let (memory_sender, mut memory) = mpsc::channel(1);
     let reports = Reports {
         probes: probes_sender,
         exec: exec_sender,
         groups: groups_sender,
+        checks: checks_sender,
+        memory: memory_sender,
     };
     let mut system = System::new(setup, sockets, reports);
 
@@ -173,7 +177,7 @@ pub async fn run(launch: Launch) -> std::io::Result<()> {
                     status.tracking = Some(supervisor.effects().tracking().describe());
                     let cgroups = supervisor.effects().cgroups();
                     tokio::task::spawn_blocking(move || {
-                        status.add_usage(&usage(&cgroups), procfs::ticks_per_second());
+                        status.add_usage(&usage::all(&cgroups), procfs::ticks_per_second());
                         let line = serde_json::to_string(&status)
                             .unwrap_or_else(|e| error_reply(&format!("cannot encode the status: {e}")).to_string());
                         let _ = request.reply.try_send(line);
@@ -184,6 +188,14 @@ pub async fn run(launch: Launch) -> std::io::Result<()> {
                     let _ = request.reply.try_send(reply.to_string());
                 }
             }
+            Some(answer) = check_answers.recv() => {
+                let mut batch = vec![Event::Checked(answer)];
+                while batch.len() < BATCH && let Ok(answer) = check_answers.try_recv() {
+                    batch.push(Event::Checked(answer));
+                }
+                supervisor.handle_all(batch);
+            }
+            Some(usage) = memory.recv() => supervisor.handle(Event::MemoryMeasured(usage)),
             Some(()) = group_changes.recv() => supervisor.handle(Event::GroupsChanged),
             _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {
                 supervisor.handle(Event::Timer);
@@ -246,24 +258,4 @@ fn ignored(name: &str) {
         signal = name,
         "{name} received; it means nothing to supervise (SIGHUP re-reads the file)"
     );
-}
-
-/// Each instance's memory and CPU time: from its cgroup where it has one
-/// (every process it started, escaped or not), else from its process group.
-fn usage(cgroups: &[(i32, std::path::PathBuf)]) -> HashMap<i32, procfs::GroupUsage> {
-    let mut usage = procfs::group_usage();
-    let ticks = procfs::ticks_per_second();
-    let memory = cgroups
-        .first()
-        .and_then(|(_, cgroup)| cgroup.parent())
-        .is_some_and(cgroup::memory_enabled);
-    for (pgid, cgroup) in cgroups {
-        let (cpu_usec, memory) = cgroup::usage(cgroup, memory);
-        let entry = usage.entry(*pgid).or_default();
-        entry.cpu_ticks = cpu_usec * ticks / 1_000_000;
-        if let Some(memory) = memory {
-            entry.rss_bytes = memory;
-        }
-    }
-    usage
 }

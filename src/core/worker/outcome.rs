@@ -115,6 +115,12 @@ pub enum Outcome {
     StartFailed(StartError),
     /// It did not become ready within `ready_timeout` and was stopped.
     NotReady,
+    /// `health.failures` consecutive liveness checks failed.
+    Unhealthy,
+    /// It used more than `max_memory`.
+    MemoryExceeded,
+    /// It missed its watchdog deadline (or sent `WATCHDOG=trigger`).
+    WatchdogMissed,
 }
 
 impl Outcome {
@@ -130,6 +136,9 @@ impl fmt::Display for Outcome {
             Outcome::Exited(exit) => exit.fmt(f),
             Outcome::StartFailed(error) => write!(f, "failed to start: {error}"),
             Outcome::NotReady => f.write_str("was not ready in time"),
+            Outcome::Unhealthy => f.write_str("was unhealthy"),
+            Outcome::MemoryExceeded => f.write_str("used more than max_memory"),
+            Outcome::WatchdogMissed => f.write_str("missed its watchdog"),
         }
     }
 }

@@ -20,10 +20,11 @@ pub const MAX_LISTEN_FDS: usize = 64;
 /// The bytes a failed child writes into its status pipe: stage and errno.
 pub const STATUS_BYTES: usize = 8;
 
-/// `LISTEN_PID=`: the child writes its own pid after it.
-pub const LISTEN_PID_PREFIX: &[u8] = b"LISTEN_PID=";
-/// The prefix, up to 20 digits (u64::MAX), and the terminating NUL.
-pub const LISTEN_PID_BUFFER: usize = LISTEN_PID_PREFIX.len() + 21;
+/// The longest name of a variable whose value is the child's own pid
+/// (`LISTEN_PID`, `WATCHDOG_PID`): the child writes the value itself.
+pub const MAX_PID_VARIABLE: usize = 32;
+/// `NAME=`, up to 20 digits (u64::MAX), and the terminating NUL.
+pub const PID_VARIABLE_BUFFER: usize = MAX_PID_VARIABLE + 1 + 21;
 
 /// Raw pointers into the prepared spawn and the fds, for the child.
 pub(super) struct ChildPlan<'a> {
@@ -38,7 +39,9 @@ pub(super) struct ChildPlan<'a> {
     pub stderr: RawFd,
     pub status: RawFd,
     pub listen_fds: &'a [RawFd],
-    pub listen_pid: *mut u8,
+    /// Where the child writes its pid, in each `NAME=` buffer of
+    /// [`MAX_PID_VARIABLE`]s (just after the `=`).
+    pub pid_values: &'a [*mut u8],
     pub nofile_soft: libc::rlim_t,
     pub parent: libc::pid_t,
     /// `PR_SET_PDEATHSIG`: die with the parent (every process but the
@@ -128,8 +131,8 @@ impl ChildPlan<'_> {
             if libc::chdir(self.cwd) != 0 {
                 fail(status, StartStage::Chdir);
             }
-            if !self.listen_pid.is_null() {
-                write_pid(self.listen_pid.add(LISTEN_PID_PREFIX.len()), libc::getpid());
+            for value in self.pid_values {
+                write_pid(*value, libc::getpid());
             }
             let mut limit: libc::rlimit = std::mem::zeroed();
             if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {

@@ -5,7 +5,7 @@
 use std::ffi::CString;
 use std::os::fd::RawFd;
 
-use super::child::{ChildPlan, LISTEN_PID_BUFFER, LISTEN_PID_PREFIX};
+use super::child::{ChildPlan, MAX_PID_VARIABLE, PID_VARIABLE_BUFFER};
 use super::{Launch, SpawnError, cstring};
 use crate::core::worker::StartStage;
 
@@ -16,8 +16,11 @@ pub struct Prepared {
     _argv: Vec<CString>,
     argv_ptrs: Vec<*const libc::c_char>,
     _env: Vec<CString>,
-    /// `LISTEN_PID=` followed by room for the digits and the NUL.
-    listen_pid: Option<Box<[u8; LISTEN_PID_BUFFER]>>,
+    /// `LISTEN_PID=`, `WATCHDOG_PID=`: each followed by room for the
+    /// digits and the NUL…
+    _pid_variables: Vec<[u8; PID_VARIABLE_BUFFER]>,
+    /// …which the child writes there.
+    pid_values: Vec<*mut u8>,
     envp: Vec<*const libc::c_char>,
     groups: Vec<libc::gid_t>,
     identity: Option<(libc::uid_t, libc::gid_t)>,
@@ -37,15 +40,30 @@ impl Prepared {
             .iter()
             .map(|e| cstring(e, "an environment variable"))
             .collect::<Result<_, _>>()?;
-        let mut listen_pid = launch.listen_pid.then(|| {
-            let mut buffer = Box::new([0u8; LISTEN_PID_BUFFER]);
-            buffer[..LISTEN_PID_PREFIX.len()].copy_from_slice(LISTEN_PID_PREFIX);
-            buffer
-        });
-        let mut envp: Vec<*const libc::c_char> = env.iter().map(|s| s.as_ptr()).collect();
-        if let Some(buffer) = listen_pid.as_mut() {
-            envp.push(buffer.as_ptr().cast());
+        let mut pid_variables = Vec::with_capacity(launch.pid_variables.len());
+        for name in &launch.pid_variables {
+            if name.len() > MAX_PID_VARIABLE || name.contains(&0) {
+                return Err(super::error(libc::EINVAL, "a pid variable's name"));
+            }
+            let mut buffer = [0u8; PID_VARIABLE_BUFFER];
+            buffer[..name.len()].copy_from_slice(name);
+            buffer[name.len()] = b'=';
+            pid_variables.push(buffer);
         }
+        // Pointers into the vector's heap buffer, taken once it is complete
+        // (it never grows again, and moving the Vec does not move its heap),
+        // all from one mutable pointer per entry: the environment reads the
+        // entry, the child writes its pid after the `=`.
+        let starts: Vec<*mut u8> = pid_variables.iter_mut().map(|b| b.as_mut_ptr()).collect();
+        let pid_values: Vec<*mut u8> = starts
+            .iter()
+            .zip(&launch.pid_variables)
+            // SAFETY: within the buffer: the name is at most MAX_PID_VARIABLE
+            // bytes, and the buffer has room for `=`, 20 digits and the NUL.
+            .map(|(start, name)| unsafe { start.add(name.len() + 1) })
+            .collect();
+        let mut envp: Vec<*const libc::c_char> = env.iter().map(|s| s.as_ptr()).collect();
+        envp.extend(starts.iter().map(|s| s.cast_const().cast::<libc::c_char>()));
         envp.push(std::ptr::null());
         let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
         argv_ptrs.push(std::ptr::null());
@@ -59,7 +77,8 @@ impl Prepared {
             _argv: argv,
             argv_ptrs,
             _env: env,
-            listen_pid,
+            _pid_variables: pid_variables,
+            pid_values,
             envp,
             groups,
             identity,
@@ -119,10 +138,6 @@ pub fn fork_exec(
     parent: libc::pid_t,
     relation: Parent,
 ) -> Result<i32, SpawnError> {
-    let listen_pid_ptr: *mut u8 = prepared
-        .listen_pid
-        .as_mut()
-        .map_or(std::ptr::null_mut(), |b| b.as_mut_ptr());
     let child = ChildPlan {
         program: prepared.program.as_ptr(),
         argv: prepared.argv_ptrs.as_ptr(),
@@ -135,7 +150,7 @@ pub fn fork_exec(
         stderr: fds.stderr,
         status: fds.status,
         listen_fds: fds.listen,
-        listen_pid: listen_pid_ptr,
+        pid_values: &prepared.pid_values,
         nofile_soft: prepared.nofile_soft,
         parent,
         die_with_parent: prepared.die_with_parent,

@@ -106,8 +106,8 @@ pub(crate) fn last_errno(context: &str) -> SpawnError {
 }
 
 /// The worker's environment (DESIGN.md §2): the supervisor's own, then the
-/// app's `env_file` and `env`, then the reserved variables. `LISTEN_PID` is left
-/// out: the child writes it.
+/// app's `env_file` and `env`, then the reserved variables. `LISTEN_PID` and
+/// `WATCHDOG_PID` are left out: the child writes them.
 pub fn worker_env(request: &SpawnRequest) -> IndexMap<OsString, OsString> {
     let mut env: IndexMap<OsString, OsString> = request.base_env.iter().cloned().collect();
     for (name, value) in &request.process.env {
@@ -137,8 +137,15 @@ pub fn worker_env(request: &SpawnRequest) -> IndexMap<OsString, OsString> {
             env.insert("PORT".into(), port.to_string().into());
         }
     }
-    if let (Readiness::Notify, Some(socket)) = (request.readiness, request.notify_socket) {
+    let notifies = *request.readiness == Readiness::Notify || request.process.watchdog.is_some();
+    if let (true, Some(socket)) = (notifies, request.notify_socket) {
         env.insert("NOTIFY_SOCKET".into(), socket.into());
+    }
+    if let Some(watchdog) = request.process.watchdog {
+        env.insert(
+            "WATCHDOG_USEC".into(),
+            watchdog.as_micros().to_string().into(),
+        );
     }
     if let Some(token) = request.run_token {
         env.insert("SUPERVISE_RUN".into(), token.into());
@@ -149,6 +156,18 @@ pub fn worker_env(request: &SpawnRequest) -> IndexMap<OsString, OsString> {
         env.insert("LOGNAME".into(), identity.user.clone().into());
     }
     env
+}
+
+/// The variables whose value is the child's own pid, which only it knows.
+fn pid_variables(request: &SpawnRequest) -> Vec<Vec<u8>> {
+    let mut names = Vec::new();
+    if !request.process.listen.is_empty() {
+        names.push(b"LISTEN_PID".to_vec());
+    }
+    if request.process.watchdog.is_some() {
+        names.push(b"WATCHDOG_PID".to_vec());
+    }
+    names
 }
 
 pub(crate) fn cstring(bytes: &[u8], what: &str) -> Result<CString, SpawnError> {
@@ -182,8 +201,8 @@ pub struct Launch {
     pub argv: Vec<Vec<u8>>,
     /// `NAME=VALUE` entries.
     pub env: Vec<Vec<u8>>,
-    /// The child writes `LISTEN_PID=<its pid>` into its environment.
-    pub listen_pid: bool,
+    /// Variables the child sets to its own pid (`LISTEN_PID`, `WATCHDOG_PID`).
+    pub pid_variables: Vec<Vec<u8>>,
     /// `(uid, gid, supplementary groups)` to switch to.
     pub identity: Option<(u32, u32, Vec<u32>)>,
     /// The RLIMIT_NOFILE soft limit the worker gets back.
@@ -236,7 +255,7 @@ impl Launch {
             cwd: request.process.cwd.as_os_str().as_bytes().to_vec(),
             argv: argv.into_iter().map(String::into_bytes).collect(),
             env,
-            listen_pid: !request.process.listen.is_empty(),
+            pid_variables: pid_variables(request),
             identity: request.process.identity.as_ref().map(
                 |Identity {
                      uid, gid, groups, ..

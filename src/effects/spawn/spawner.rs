@@ -112,7 +112,7 @@ impl Helper {
             cwd: b"/".to_vec(),
             argv: vec![b"supervise".to_vec(), SPAWNER_ARG.as_bytes().to_vec()],
             env: Vec::new(),
-            listen_pid: false,
+            pid_variables: Vec::new(),
             identity: None,
             nofile_soft: libc::RLIM_INFINITY,
             die_with_parent: true,

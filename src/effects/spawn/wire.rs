@@ -17,7 +17,7 @@ pub const INLINE_REQUEST_BYTES: usize = 64 * 1024;
 pub const IN_MEMFD: &[u8; 8] = b"memfd\0\0\0";
 /// The version of this format (the spawner is our own binary, but a
 /// package upgrade can replace it under a running supervisor).
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 struct Writer(Vec<u8>);
 
@@ -56,7 +56,7 @@ pub fn encode(launch: &Launch, extras: Extras) -> Option<Vec<u8>> {
     out.bytes(&launch.cwd);
     out.list(&launch.argv);
     out.list(&launch.env);
-    out.u32(u32::from(launch.listen_pid));
+    out.list(&launch.pid_variables);
     match &launch.identity {
         Some((uid, gid, groups)) => {
             out.u32(1);
@@ -117,7 +117,7 @@ pub fn decode(bytes: &[u8]) -> Option<(Launch, Extras)> {
     let cwd = input.bytes()?;
     let argv = input.list()?;
     let env = input.list()?;
-    let listen_pid = input.u32()? != 0;
+    let pid_variables = input.list()?;
     let identity = match input.u32()? {
         0 => None,
         _ => {
@@ -143,7 +143,7 @@ pub fn decode(bytes: &[u8]) -> Option<(Launch, Extras)> {
             cwd,
             argv,
             env,
-            listen_pid,
+            pid_variables,
             identity,
             nofile_soft,
             die_with_parent,
@@ -162,7 +162,7 @@ mod tests {
             cwd: b"/srv".to_vec(),
             argv: vec![b"sleep".to_vec(), b"1000".to_vec()],
             env: vec![b"A=1".to_vec(), vec![0xff, b'=', 0xfe]],
-            listen_pid: true,
+            pid_variables: vec![b"LISTEN_PID".to_vec(), b"WATCHDOG_PID".to_vec()],
             identity: Some((33, 33, vec![33, 27])),
             nofile_soft: 1024,
             die_with_parent: true,

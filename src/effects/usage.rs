@@ -1,0 +1,71 @@
+//! What instances use — CPU time and memory — measured off the loop thread,
+//! for `status` and for `max_memory`.
+//!
+//! An instance with a cgroup is measured by it: every process it started,
+//! escaped from its group or not. Its memory is the cgroup's
+//! `memory.current` where the memory controller is on in our subtree, else
+//! the sum of the RSS of the processes in it (one small read each). An
+//! instance without a cgroup is its process group, from one pass over
+//! /proc.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use super::cgroup;
+use super::procfs::{self, GroupUsage};
+
+/// Whether the memory controller is on for the instance cgroups (they all
+/// share one parent).
+fn memory_controller<'a>(mut cgroups: impl Iterator<Item = &'a Path>) -> bool {
+    cgroups
+        .next()
+        .and_then(Path::parent)
+        .is_some_and(cgroup::memory_enabled)
+}
+
+/// The memory of the instance in `cgroup`.
+fn cgroup_memory(cgroup: &Path, controller: bool) -> u64 {
+    match cgroup::usage(cgroup, controller).1 {
+        Some(bytes) => bytes,
+        None => cgroup::processes(cgroup)
+            .into_iter()
+            .filter_map(procfs::rss_bytes)
+            .sum(),
+    }
+}
+
+/// Every instance's CPU time and memory, by leader pid; `cgroups` are
+/// those of the instances that have one.
+pub fn all(cgroups: &[(i32, PathBuf)]) -> HashMap<i32, GroupUsage> {
+    let mut usage = procfs::group_usage();
+    let ticks = procfs::ticks_per_second();
+    let controller = memory_controller(cgroups.iter().map(|(_, c)| c.as_path()));
+    for (pgid, cgroup) in cgroups {
+        let (cpu_usec, _) = cgroup::usage(cgroup, false);
+        let entry = usage.entry(*pgid).or_default();
+        entry.cpu_ticks = cpu_usec * ticks / 1_000_000;
+        entry.rss_bytes = cgroup_memory(cgroup, controller);
+    }
+    usage
+}
+
+/// The memory (bytes) of each instance of `instances`: its leader's pid,
+/// and its cgroup if it has one. /proc is read whole only when an instance
+/// has no cgroup.
+pub fn memory(instances: &[(i32, Option<PathBuf>)]) -> Vec<(i32, u64)> {
+    let controller = memory_controller(instances.iter().filter_map(|(_, c)| c.as_deref()));
+    let mut groups: Option<HashMap<i32, GroupUsage>> = None;
+    instances
+        .iter()
+        .map(|(pid, cgroup)| {
+            let bytes = match cgroup {
+                Some(cgroup) => cgroup_memory(cgroup, controller),
+                None => groups
+                    .get_or_insert_with(procfs::group_usage)
+                    .get(pid)
+                    .map_or(0, |u| u.rss_bytes),
+            };
+            (*pid, bytes)
+        })
+        .collect()
+}
