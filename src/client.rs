@@ -244,6 +244,34 @@ fn duration(seconds: f64) -> String {
     }
 }
 
+/// A worker's health checks, watchdog and replacement, in one column.
+fn health_column(worker: &crate::control::WorkerStatus) -> String {
+    let mut parts = Vec::new();
+    if let Some(health) = &worker.health {
+        parts.push(health.clone());
+    }
+    if let Some(ping) = worker.watchdog_ping_s {
+        parts.push(format!("ping {ping:.1}s ago"));
+    }
+    if let Some(why) = &worker.replacing {
+        parts.push(format!("being replaced ({why})"));
+    }
+    if parts.is_empty() {
+        "-".to_string()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// A worker's memory, against its limit when it has one: `41.2M/300.0M`.
+fn memory_column(worker: &crate::control::WorkerStatus) -> String {
+    let used = worker.rss_bytes.map_or("-".into(), megabytes);
+    match worker.memory_limit_bytes {
+        Some(limit) => format!("{used}/{}", megabytes(limit)),
+        None => used,
+    }
+}
+
 fn megabytes(bytes: u64) -> String {
     format!("{:.1} MB", bytes as f64 / 1e6)
 }
@@ -277,6 +305,7 @@ pub fn status(socket: &Path, all: bool, json: bool) -> Result<(), Failure> {
         "pid",
         "state",
         "ready",
+        "health",
         "restarts",
         "uptime",
         "cpu",
@@ -299,6 +328,7 @@ pub fn status(socket: &Path, all: bool, json: bool) -> Result<(), Failure> {
                 String::new(),
                 String::new(),
                 format!("{ready}/{}", app.workers.len()),
+                String::new(),
                 restarts.to_string(),
                 String::new(),
                 percent(cpu),
@@ -315,10 +345,11 @@ pub fn status(socket: &Path, all: bool, json: bool) -> Result<(), Failure> {
                 worker.pid.map_or("-".into(), |p| p.to_string()),
                 worker.state.clone(),
                 if worker.ready { "yes" } else { "no" }.to_string(),
+                health_column(worker),
                 worker.restarts.to_string(),
                 worker.uptime_s.map_or("-".into(), duration),
                 worker.cpu_percent.map_or("-".into(), percent),
-                worker.rss_bytes.map_or("-".into(), megabytes),
+                memory_column(worker),
                 worker.last_exit.clone().unwrap_or_else(|| "-".into()),
                 worker.status.clone().unwrap_or_default(),
             ]);

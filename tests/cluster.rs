@@ -14,13 +14,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::Value;
 
-fn have_systemd_notify() -> bool {
-    std::process::Command::new("systemd-notify")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 fn hello_server() -> String {
     format!("{}/examples/hello/server.py", env!("CARGO_MANIFEST_DIR"))
 }
@@ -44,7 +37,7 @@ fn notify_app(extra: &str) -> String {
 
 #[test]
 fn systemd_notify_from_a_shell_script_marks_the_worker_ready() {
-    if !have_systemd_notify() {
+    if !has_systemd_notify() {
         println!("skipped: systemd-notify is not installed (apt-get install systemd)");
         return;
     }
@@ -65,7 +58,7 @@ fn systemd_notify_from_a_shell_script_marks_the_worker_ready() {
 fn systemd_notify_works_for_a_worker_running_as_another_user() {
     require_root();
     assert!(
-        have_systemd_notify(),
+        has_systemd_notify(),
         "systemd-notify is needed (apt-get install systemd)"
     );
     let mut s = Supervised::start_with(&notify_app("    user: nobody\n    cwd: /\n"), &[], |_| {});

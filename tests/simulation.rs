@@ -6,7 +6,11 @@
 //! every step the invariants are checked; at the end the system must converge
 //! to the file and shut down in time. Odd seeds run with emptied groups
 //! announced (cgroup mode), even ones with them polled (the environment
-//! mode); the regressions run in both.
+//! mode); the regressions run in both. Seeds whose second bit is set (2, 3,
+//! 6, 7, …) also give their apps liveness checks, memory limits and
+//! watchdogs, and mix check answers, memory measurements and watchdog
+//! messages into the schedule (drawn from a generator of their own, so the
+//! other seeds keep their schedules).
 //!
 //! CI runs [`SEEDS`] fixed seeds. More: `SIM_SEEDS=100000 cargo test --release
 //! --test simulation` (RELIABILITY.md has the figures); `SIM_FIRST=N` starts
@@ -25,7 +29,9 @@ use supervise::core::worker::{StartError, StartStage, Worker};
 use supervise::effects::fake::{Behaviour, FakeEffects};
 use supervise::simulation::{CommandKind, Edit, Step, Violation, World, app, probe};
 use supervise::spec::Desired;
-use supervise::spec::{AppSpec, MaxRestarts, Readiness, ReloadLimits, RestartPolicy};
+use supervise::spec::{
+    AppSpec, HealthCheck, HealthSpec, MaxRestarts, Readiness, ReloadLimits, RestartPolicy,
+};
 use supervise::supervisor::{Event, Supervisor};
 
 /// Seeds CI runs.
@@ -46,6 +52,11 @@ fn groups_of(seed: u64) -> Groups {
     } else {
         Groups::Polled
     }
+}
+
+/// Whether a seed exercises health checks, memory limits and the watchdog.
+fn liveness_of(seed: u64) -> bool {
+    (seed / 2) % 2 == 1
 }
 
 fn env_number(name: &str) -> Option<u64> {
@@ -116,6 +127,56 @@ fn behaviour(rng: &mut Xoshiro256PlusPlus) -> Behaviour {
     behaviour
 }
 
+/// Give `apps` liveness checks, memory limits and watchdogs, and mix their
+/// news into `steps`, from `rng`.
+fn add_liveness(rng: &mut Xoshiro256PlusPlus, apps: &mut [AppSpec], steps: &mut Vec<Step>) {
+    for spec in apps.iter_mut() {
+        if rng.random_bool(0.6) {
+            let every = Duration::from_millis(rng.random_range(700..3000));
+            spec.health = Some(HealthSpec {
+                check: HealthCheck::Probe(match probe(spec.instances) {
+                    Readiness::Probe(probe) => probe,
+                    _ => unreachable!("probe() makes a probe"),
+                }),
+                every,
+                // Above the 500 ms the quiet time answers within.
+                timeout: Duration::from_millis(rng.random_range(600..=every.as_millis() as u64)),
+                failures: rng.random_range(1..=3),
+                grace: Duration::from_millis(rng.random_range(0..2000)),
+            });
+        }
+        if rng.random_bool(0.4) {
+            spec.max_memory = Some(1 << 20);
+        }
+        if rng.random_bool(0.4) {
+            spec.process.watchdog = Some(Duration::from_millis(rng.random_range(1000..4000)));
+        }
+    }
+    let extra = steps.len() / 3;
+    for _ in 0..extra {
+        let index = rng.random_range(0..64usize);
+        let step = match rng.random_range(0..10) {
+            0..4 => Step::CheckAnswer {
+                check: index,
+                passed: rng.random_bool(0.6),
+            },
+            4..6 => Step::MemoryAnswer {
+                over: rng.random_bool(0.3).then_some(index),
+            },
+            6..9 => Step::Watchdog {
+                process: index,
+                trigger: rng.random_bool(0.1),
+            },
+            _ => Step::ExtendTimeout {
+                process: index,
+                millis: rng.random_range(100..3000),
+            },
+        };
+        let at = rng.random_range(0..=steps.len());
+        steps.insert(at, step);
+    }
+}
+
 /// A schedule: the starting apps and the steps.
 fn schedule(seed: u64) -> (Vec<AppSpec>, Vec<Step>) {
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
@@ -176,6 +237,11 @@ fn schedule(seed: u64) -> (Vec<AppSpec>, Vec<Step>) {
             _ => Step::Wait(rng.random_range(1..50)),
         };
         steps.push(step);
+    }
+    let mut apps = apps;
+    if liveness_of(seed) {
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x4c49_5645_4e45_5353);
+        add_liveness(&mut rng, &mut apps, &mut steps);
     }
     (apps, steps)
 }
@@ -276,7 +342,10 @@ fn check_seed(seed: u64) {
                     a.reload,
                     a.restart,
                     a.max_restarts.map(|m| m.count),
-                    a.kill_timeout
+                    a.kill_timeout,
+                    &a.health,
+                    a.max_memory,
+                    a.process.watchdog
                 ))
                 .collect::<Vec<_>>(),
             minimal.len(),

@@ -84,4 +84,18 @@ pub struct WorkerStatus {
     pub last_exit: Option<String>,
     /// The last `STATUS=` it sent on the notify socket.
     pub status: Option<String>,
+    /// Its liveness checks (with `health`): `healthy`, `failing (1/3: HTTP
+    /// 500)`, `unhealthy (3/3: HTTP 500)`; `-` before the first one.
+    #[serde(default)]
+    pub health: Option<String>,
+    /// Its app's `max_memory` (bytes).
+    #[serde(default)]
+    pub memory_limit_bytes: Option<u64>,
+    /// Seconds since its last `WATCHDOG=1` (since ready before the first),
+    /// with `watchdog`.
+    #[serde(default)]
+    pub watchdog_ping_s: Option<f64>,
+    /// Being replaced while it serves: `unhealthy`, `over max_memory`.
+    #[serde(default)]
+    pub replacing: Option<String>,
 }

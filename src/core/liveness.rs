@@ -152,12 +152,17 @@ impl Core {
     }
 
     /// Time to measure memory: order it for every running instance of an
-    /// app with `max_memory` (one measurement at a time).
+    /// app with `max_memory`. While one is out the next waits a period more
+    /// (never two at once, but an answer that never comes is not waited
+    /// for forever).
     pub(super) fn measure_memory(&mut self, now: Instant) {
-        if now < self.memory_due || self.measuring || !self.watches_memory() {
+        if now < self.memory_due || !self.watches_memory() {
             return;
         }
         self.memory_due = now + self.desired.memory_check;
+        if std::mem::take(&mut self.measuring) {
+            return;
+        }
         let pids: Vec<i32> = self
             .apps
             .values()
@@ -246,6 +251,7 @@ impl Core {
             (Some(w), _) => (w.period, w.last_ping.unwrap_or(w.deadline - w.period)),
             (None, started) => (Duration::ZERO, started.unwrap_or(now)),
         };
+        self.broken += 1;
         self.report(Event::WatchdogMissed {
             instance: Instance::of(&app.spec.name, worker),
             pid,
@@ -265,6 +271,7 @@ impl Core {
     /// Ready worker `id` must go (`outcome` says why): replaced first where
     /// it can be, else stopped as a failed run.
     fn condemn(&mut self, name: &str, id: WorkerId, outcome: Outcome, now: Instant) {
+        self.broken += 1;
         let Some(app) = self.apps.get_mut(name) else {
             return;
         };
@@ -291,6 +298,7 @@ impl Core {
             Verdict::Replace { attempt, delay } => {
                 app.dirty = true;
                 let instance = Instance::of(&app.spec.name, worker);
+                self.emit(Action::CancelCheck { pid });
                 self.report(Event::Recycling {
                     instance,
                     pid,

@@ -235,12 +235,16 @@ pub struct Core {
     last_full_pass: Instant,
     /// Decisions of the core that a worker refused: bugs, counted for tests.
     anomalies: u64,
+    /// Instances found broken while running: unhealthy, over `max_memory`,
+    /// silent past their watchdog.
+    broken: u64,
     outbox: Vec<Action>,
     /// Starts left in this turn of the loop.
     spawn_budget: usize,
     /// When the memory of instances with `max_memory` is measured next.
     memory_due: Instant,
-    /// A measurement ordered and not answered yet.
+    /// A measurement is out, not answered yet (the next is due at
+    /// `memory_due` all the same: an answer lost is not waited for).
     measuring: bool,
 }
 
@@ -264,6 +268,7 @@ impl Core {
             own_uid,
             last_full_pass: now,
             anomalies: 0,
+            broken: 0,
             outbox: Vec::new(),
             spawn_budget: SPAWNS_PER_TURN,
             memory_due: now + desired.memory_check,
@@ -298,6 +303,12 @@ impl Core {
 
     pub fn anomalies(&self) -> u64 {
         self.anomalies
+    }
+
+    /// How many times an instance was found broken while it ran (unhealthy,
+    /// over `max_memory`, its watchdog missed).
+    pub fn broken(&self) -> u64 {
+        self.broken
     }
 
     /// The worker whose process leads group `pid`, if any.

@@ -30,7 +30,9 @@
 //!   outdated worker is stopped first and the new ones start once all are gone;
 //! - a worker being recycled (unhealthy, over `max_memory`: the core marks
 //!   it) is replaced like an outdated one, within the same bounds, but its
-//!   replacement failing halts nothing;
+//!   replacement failing halts nothing — it restarts with backoff while the
+//!   recycled one serves, and if it gives up (`max_restarts`), the recycled
+//!   one is stopped too;
 //! - a ready worker's liveness check is due `health.every` after the last
 //!   one started (the first one `every` after ready), and fails when not
 //!   answered within `health.timeout`; its watchdog deadline passing is a
@@ -303,6 +305,13 @@ pub fn reconcile(target: Target<'_>, workers: &Workers, now: Instant) -> Plan {
                 give_way(outdated, keep, &mut plan, &mut occupied, &mut ready);
             }
             drive(worker, spec, now, !rolling || occupied <= limit, &mut plan);
+            if matches!(worker.state, State::Failed | State::Exited) {
+                // The replacement of a recycled worker gave up: the broken
+                // one does not serve on alone.
+                for old in outdated.iter().filter(|w| w.recycle.is_some()) {
+                    ready -= usize::from(retire(old, &mut plan));
+                }
+            }
             if worker.state.is_ready() {
                 for old in outdated {
                     ready -= usize::from(retire(old, &mut plan));

@@ -283,7 +283,10 @@ impl Worker {
                 then,
             },
             "stop",
-        )
+        )?;
+        // The caller cancels the check in flight, if any.
+        self.health.in_flight = None;
+        Ok(())
     }
 
     /// Stop sooner: the deadline moves to `now` if it is later (a second SIGINT).

@@ -84,6 +84,10 @@ impl World {
                 }
             }
         }
+        if let Some(violation) = self.liveness_violation() {
+            return fail(violation);
+        }
+        let (core, fake) = (self.supervisor.core(), self.supervisor.effects());
         for process in fake.processes() {
             if process.life != Life::Reaped && core.worker_of(process.pid).is_none() {
                 return fail(format!(
@@ -93,6 +97,59 @@ impl World {
             }
         }
         self.check_rollouts()
+    }
+
+    /// Liveness checks, watchdogs and recycling: a check runs exactly for
+    /// each ready worker that waits for one (never two at once, never for
+    /// a worker that stopped), no check waits past its timeout and no
+    /// watchdog past its deadline unnoticed.
+    fn liveness_violation(&self) -> Option<String> {
+        let core = self.supervisor.core();
+        let now = self.now();
+        let mut running: Vec<(i32, u64)> = self.supervisor.effects().checks().collect();
+        running.sort();
+        let mut expected = Vec::new();
+        for app in core.apps() {
+            let name = &app.spec.name;
+            for worker in app.workers.values() {
+                let label = format!("{name}.{} (worker {})", worker.slot, worker.id);
+                let State::Ready { pid, .. } = worker.state else {
+                    if worker.health.in_flight.is_some() && worker.state.pid().is_some() {
+                        return Some(format!(
+                            "{label} is {} with a check in flight",
+                            worker.state.name()
+                        ));
+                    }
+                    continue;
+                };
+                if let Some((number, started)) = worker.health.in_flight {
+                    expected.push((pid, number));
+                    let timeout = app
+                        .spec
+                        .health
+                        .as_ref()
+                        .map_or(Duration::ZERO, |h| h.timeout);
+                    if now > started + timeout {
+                        return Some(format!(
+                            "{label}: check #{number} runs {} ms past its timeout",
+                            (now - started - timeout).as_millis()
+                        ));
+                    }
+                }
+                if let Some(watchdog) = worker.watchdog
+                    && now > watchdog.deadline
+                {
+                    return Some(format!(
+                        "{label}: its watchdog deadline passed {} ms ago and it still serves",
+                        (now - watchdog.deadline).as_millis()
+                    ));
+                }
+            }
+        }
+        expected.sort();
+        (running != expected).then(|| {
+            format!("liveness checks running {running:?}, but the workers wait for {expected:?}")
+        })
     }
 
     /// `N + max_surge` processes at most during a rollout, and the ready

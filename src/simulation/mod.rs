@@ -27,7 +27,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::control::Command;
-use crate::core::Phase;
+use crate::core::{Phase, WatchdogMessage};
+use crate::effects::CheckAnswer;
 use crate::effects::Effects;
 use crate::effects::fake::{FakeEffects, Life};
 use crate::effects::notify::Notification;
@@ -227,8 +228,25 @@ impl World {
     }
 
     /// Every probing process's probe succeeds and every notify process says
-    /// READY=1.
+    /// READY=1; every running check passes, memory is measured low, and
+    /// every process with a watchdog pings it.
     pub fn ready_everything(&mut self) {
+        let checks: Vec<(i32, u64)> = self.supervisor.effects().checks().collect();
+        for (pid, number) in checks {
+            self.answer_check(pid, number, true);
+        }
+        self.answer_memory(None);
+        let watched: Vec<i32> = self
+            .supervisor
+            .core()
+            .apps()
+            .flat_map(|a| a.workers.values())
+            .filter(|w| w.watchdog.is_some())
+            .filter_map(|w| w.state.pid())
+            .collect();
+        for pid in watched {
+            self.notify_with(pid, UID, false, Some(WatchdogMessage::Ping), None);
+        }
         let probing: Vec<i32> = self.supervisor.effects().probing().collect();
         let probing: Vec<i32> = probing
             .into_iter()
@@ -260,17 +278,68 @@ impl World {
 
     /// Process `pid` sends `READY=1` as `uid`.
     pub fn notify(&mut self, pid: i32, uid: u32) {
+        self.notify_with(pid, uid, true, None, None);
+    }
+
+    /// Process `pid` sends a datagram as `uid`.
+    pub fn notify_with(
+        &mut self,
+        pid: i32,
+        uid: u32,
+        ready: bool,
+        watchdog: Option<WatchdogMessage>,
+        extend_timeout: Option<Duration>,
+    ) {
         self.supervisor.handle(Event::Notified(Notification {
             sender_pid: pid,
             sender_uid: uid,
             sender_pgid: Some(pid),
             main_pid: None,
-            ready: true,
+            ready,
             stopping: false,
             status: Some("serving".into()),
-            watchdog: None,
-            extend_timeout: None,
+            watchdog,
+            extend_timeout,
         }));
+    }
+
+    /// The running check `number` of the worker led by `pid` answers.
+    pub fn answer_check(&mut self, pid: i32, number: u64, passed: bool) {
+        self.fake().check_done(pid);
+        self.supervisor.handle(Event::Checked(CheckAnswer {
+            pid,
+            check: number,
+            passed,
+            detail: if passed {
+                String::new()
+            } else {
+                "HTTP 500 (simulated)".into()
+            },
+        }));
+    }
+
+    /// The memory measurement asked for (if one is) answers: the instance
+    /// at index `over` uses one byte more than its limit, the rest nothing.
+    pub fn answer_memory(&mut self, over: Option<usize>) {
+        let Some(pids) = self.fake().measuring.take() else {
+            return;
+        };
+        let over = over
+            .filter(|_| !pids.is_empty())
+            .map(|i| pids[i % pids.len()]);
+        let usage = pids
+            .iter()
+            .map(|pid| {
+                let limit = self
+                    .supervisor
+                    .core()
+                    .worker_of(*pid)
+                    .and_then(|(app, _)| app.spec.max_memory)
+                    .unwrap_or(u64::MAX - 1);
+                (*pid, if Some(*pid) == over { limit + 1 } else { 0 })
+            })
+            .collect();
+        self.supervisor.handle(Event::MemoryMeasured(usage));
     }
 
     /// Apply a new version of the file (as the config loader would hand it).

@@ -4,10 +4,11 @@ use std::time::Duration;
 
 use super::{UID, Violation, World, app, probe};
 use crate::control::Command;
+use crate::core::WatchdogMessage;
 use crate::core::worker::{Exit, StartError, StartStage};
 use crate::effects::fake::Behaviour;
 use crate::effects::watch::{Load, Loaded};
-use crate::spec::{Readiness, Template};
+use crate::spec::{HealthCheck, Readiness, Template};
 use crate::supervisor::Event;
 
 /// One thing that happens to the world. Indices are taken modulo the
@@ -34,6 +35,26 @@ pub enum Step {
     Notify {
         process: usize,
         foreign: bool,
+    },
+    /// A running liveness check is answered.
+    CheckAnswer {
+        check: usize,
+        passed: bool,
+    },
+    /// The memory measurement asked for is answered: instance `over` (if
+    /// any) is above its app's `max_memory`, the rest below.
+    MemoryAnswer {
+        over: Option<usize>,
+    },
+    /// A process sends `WATCHDOG=1` (or `WATCHDOG=trigger`).
+    Watchdog {
+        process: usize,
+        trigger: bool,
+    },
+    /// A starting process sends `EXTEND_TIMEOUT_USEC=`.
+    ExtendTimeout {
+        process: usize,
+        millis: u64,
     },
     /// A control command on an app (or one instance).
     Command {
@@ -85,9 +106,17 @@ impl World {
     pub fn step(&mut self, step: Step) -> Result<(), Violation> {
         self.trace.push(step.clone());
         self.ready_before = self.ready_counts();
-        self.disruptive = !matches!(
+        let broken_before = self.supervisor.core().broken();
+        let quiet = matches!(
             step,
-            Step::Wait(_) | Step::Probe { .. } | Step::Notify { .. } | Step::Plan(_)
+            Step::Wait(_)
+                | Step::Probe { .. }
+                | Step::Notify { .. }
+                | Step::Plan(_)
+                | Step::Watchdog { trigger: false, .. }
+                | Step::ExtendTimeout { .. }
+                | Step::CheckAnswer { passed: true, .. }
+                | Step::MemoryAnswer { over: None }
         );
         match step {
             Step::Wait(millis) => self.advance(Duration::from_millis(millis)),
@@ -134,6 +163,34 @@ impl World {
                     self.notify(pid, if foreign { UID + 1 } else { UID });
                 }
             }
+            Step::CheckAnswer { check, passed } => {
+                let running: Vec<(i32, u64)> = self.supervisor.effects().checks().collect();
+                if !running.is_empty() {
+                    let (pid, number) = running[check % running.len()];
+                    self.answer_check(pid, number, passed);
+                }
+            }
+            Step::MemoryAnswer { over } => self.answer_memory(over),
+            Step::Watchdog { process, trigger } => {
+                let live = self.live();
+                if !live.is_empty() {
+                    let pid = live[process % live.len()];
+                    let message = if trigger {
+                        WatchdogMessage::Trigger
+                    } else {
+                        WatchdogMessage::Ping
+                    };
+                    self.notify_with(pid, UID, false, Some(message), None);
+                }
+            }
+            Step::ExtendTimeout { process, millis } => {
+                let live = self.live();
+                if !live.is_empty() {
+                    let pid = live[process % live.len()];
+                    let by = Some(Duration::from_millis(millis));
+                    self.notify_with(pid, UID, false, None, by);
+                }
+            }
             Step::Command { kind, app, slot } => {
                 let names: Vec<String> = self.desired.apps.iter().map(|a| a.name.clone()).collect();
                 if !names.is_empty() {
@@ -161,6 +218,9 @@ impl World {
             Step::Sigint => self.signal(Event::Interrupt),
         }
         self.deliver();
+        // A stop for a failed check, memory or a missed watchdog is a fault,
+        // even when it comes with time passing.
+        self.disruptive = !quiet || self.supervisor.core().broken() != broken_before;
         self.check()
     }
 
@@ -179,6 +239,13 @@ impl World {
                 apps[index].instances = instances;
                 if let Readiness::Probe(_) = apps[index].ready {
                     apps[index].ready = probe(instances);
+                }
+                // The file is checked again: probe targets for every slot.
+                if let Some(health) = apps[index].health.as_mut()
+                    && let (HealthCheck::Probe(_), Readiness::Probe(targets)) =
+                        (&health.check, probe(instances))
+                {
+                    health.check = HealthCheck::Probe(targets);
                 }
             }
             Edit::Env { app, value } if !apps.is_empty() => {

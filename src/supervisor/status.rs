@@ -1,9 +1,11 @@
-//! `status`: the core's apps and workers. Each process group's memory and
+//! `status`: the core's apps and workers, with their health, memory limit
+//! and watchdog. Each process group's memory and
 //! CPU time come from a pass over /proc, which the caller makes off the loop
 //! thread ([`StatusReply::add_usage`]).
 
 use super::Supervisor;
 use crate::control::{AppStatus, Rollout, StatusReply, WorkerStatus};
+use crate::core::worker::{Outcome, Worker};
 use crate::effects::Effects;
 
 impl<E: Effects> Supervisor<E> {
@@ -44,6 +46,16 @@ impl<E: Effects> Supervisor<E> {
                             rss_bytes: None,
                             last_exit: w.last_outcome.map(|o| o.to_string()),
                             status: w.status_text.clone(),
+                            health: app.spec.health.as_ref().map(|h| health(w, h.failures)),
+                            memory_limit_bytes: app.spec.max_memory,
+                            watchdog_ping_s: w.watchdog.map(|dog| {
+                                let since = dog.last_ping.unwrap_or(dog.deadline - dog.period);
+                                now.saturating_duration_since(since).as_secs_f64()
+                            }),
+                            replacing: w.recycle.map(|r| match r.outcome {
+                                Outcome::MemoryExceeded => "over max_memory".to_string(),
+                                _ => "unhealthy".to_string(),
+                            }),
                         }
                     })
                     .collect();
@@ -76,5 +88,23 @@ impl<E: Effects> Supervisor<E> {
 
     fn shown_path(&self) -> String {
         self.core.desired().source.display().to_string()
+    }
+}
+
+/// How a worker's liveness checks stand: `-` before the first answer (or
+/// without a process), `healthy`, `failing (1/3: HTTP 500)`, `unhealthy
+/// (3/3: HTTP 500)`.
+fn health(worker: &Worker, threshold: u32) -> String {
+    let failures = worker.health.failures;
+    let last = worker.health.last_failure.as_deref().unwrap_or("");
+    let answered = worker.health.checks - u64::from(worker.health.in_flight.is_some());
+    if !worker.state.is_ready() || answered == 0 {
+        "-".to_string()
+    } else if worker.recycle.is_some() && failures >= threshold {
+        format!("unhealthy ({failures}/{threshold}: {last})")
+    } else if failures > 0 {
+        format!("failing ({failures}/{threshold}: {last})")
+    } else {
+        "healthy".to_string()
     }
 }

@@ -419,6 +419,14 @@ pub fn listening_port(s: &mut Supervised) -> u16 {
         .unwrap()
 }
 
+/// Whether `systemd-notify` is installed (`.ci/run` installs it).
+pub fn has_systemd_notify() -> bool {
+    Command::new("systemd-notify")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
 /// Tests marked `#[ignore = "needs root"]` run with `--ignored` (`.ci/run`
 /// does when it is root); run without root they fail, they do not pass.
 pub fn require_root() {

@@ -185,6 +185,8 @@ impl Worker {
         self.attempt = attempt;
         self.restarts = self.restarts.saturating_add(1);
         self.last_outcome = Some(outcome);
+        // No more checks: the caller cancels the one in flight.
+        self.health.in_flight = None;
         self.recycle = Some(Recycle {
             outcome,
             restart_at: now + delay,

@@ -1,0 +1,392 @@
+//! Restarting what is alive but broken, with real processes and sockets:
+//! HTTP and exec liveness checks, the memory limit and the watchdog.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{Supervised, WAIT, eventually, timestamp_ms};
+use serde_json::Value;
+
+/// A health endpoint on `PORT + instance`, bound with SO_REUSEPORT (a
+/// replacement binds it while the instance it replaces still serves). It
+/// counts the checks it gets in `checks-PID`; with `FAIL_AFTER=N` it
+/// answers 500 after N checks, with `FAIL_ONCE=N` it fails only check N.
+/// Only the first process to start goes bad: it leaves `went-bad` behind.
+const HEALTH_SERVER: &str = r#"
+import os, socket, sys
+port = int(os.environ["BASE_PORT"]) + int(os.environ["SUPERVISE_INSTANCE"])
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+s.bind(("127.0.0.1", port))
+s.listen(16)
+first = not os.path.exists("went-bad")
+if first:
+    open("went-bad", "w").close()
+fail_after = int(os.environ.get("FAIL_AFTER", "0")) if first else 0
+fail_once = int(os.environ.get("FAIL_ONCE", "0")) if first else 0
+print("serving", os.getpid(), flush=True)
+checks = 0
+while True:
+    c, _ = s.accept()
+    c.recv(4096)
+    checks += 1
+    with open(f"checks-{os.getpid()}", "a") as f:
+        f.write("x")
+    bad = (fail_after and checks > fail_after) or checks == fail_once
+    c.sendall(b"HTTP/1.1 500 Broken\r\n\r\n" if bad else b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+    c.close()
+"#;
+
+/// A port with `count` free ports from it (best effort: the test binds them
+/// itself once, then lets them go).
+fn free_ports(count: u16) -> u16 {
+    for _ in 0..100 {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = probe.local_addr().unwrap().port();
+        drop(probe);
+        if base < u16::MAX - count
+            && (0..count).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok())
+        {
+            return base;
+        }
+    }
+    panic!("no {count} free ports in a row");
+}
+
+fn checks_received(s: &Supervised, pid: i64) -> usize {
+    std::fs::read_to_string(s.path(&format!("checks-{pid}")))
+        .map(|c| c.len())
+        .unwrap_or(0)
+}
+
+fn position(s: &Supervised, predicate: impl Fn(&Value) -> bool) -> Option<usize> {
+    s.events.iter().position(predicate)
+}
+
+#[test]
+fn an_unhealthy_instance_is_replaced_after_exactly_its_failures_and_only_once_its_replacement_is_ready()
+ {
+    let port = free_ports(1);
+    let yaml = format!(
+        r#"
+apps:
+  web:
+    command: python3 health_server.py
+    env: {{BASE_PORT: "{port}", FAIL_AFTER: "2"}}
+    ready: {{delay: 300ms}}
+    backoff: {{initial: 50ms}}
+    health: {{http: "http://127.0.0.1:{{instance+{port}}}/health", every: 200ms, timeout: 1s, failures: 3}}
+"#
+    );
+    let mut s = Supervised::start_with(&yaml, &[], |dir| {
+        std::fs::write(dir.join("health_server.py"), HEALTH_SERVER).unwrap();
+    });
+    let first = s.wait_event("spawned", "web")["pid"].as_i64().unwrap();
+    let unhealthy = s.wait_event("unhealthy", "web");
+    assert_eq!(unhealthy["pid"], first);
+    assert_eq!(unhealthy["failures"], 3);
+    assert!(
+        unhealthy["detail"].as_str().unwrap().contains("HTTP 500"),
+        "{unhealthy}"
+    );
+    // 2 good answers, then exactly 3 bad ones: no check more before the verdict.
+    assert_eq!(checks_received(&s, first), 5, "{}", s.dump());
+    let stopping = s.wait_for("the old instance stopping", |e| {
+        e["event"] == "stopping" && e["pid"] == first
+    });
+    assert_eq!(
+        stopping["reason"],
+        "replaced (unhealthy or over max_memory)"
+    );
+    let replacement = s
+        .events
+        .iter()
+        .rev()
+        .find(|e| e["event"] == "spawned" && e["pid"] != first)
+        .cloned()
+        .expect("a replacement was spawned");
+    let new_pid = replacement["pid"].clone();
+    let ready = position(&s, |e| e["event"] == "ready" && e["pid"] == new_pid);
+    let stop = position(&s, |e| e["event"] == "stopping" && e["pid"] == first);
+    assert!(
+        ready.is_some() && ready < stop,
+        "the replacement is ready before the unhealthy one stops:\n{}",
+        s.dump()
+    );
+    // The replacement counts as a restart and stays healthy.
+    assert!(
+        s.next_within(Duration::from_millis(1500), |e| e["event"] == "unhealthy")
+            .is_none()
+    );
+    let status = supervise_status(&s);
+    let worker = &status["apps"][0]["workers"][0];
+    assert_eq!(worker["restarts"], 1, "{status}");
+    assert_eq!(worker["health"], "healthy", "{status}");
+}
+
+#[test]
+fn an_instance_that_fails_one_check_and_recovers_is_not_replaced() {
+    let port = free_ports(1);
+    let yaml = format!(
+        r#"
+apps:
+  web:
+    command: python3 health_server.py
+    env: {{BASE_PORT: "{port}", FAIL_ONCE: "2"}}
+    ready: none
+    health: {{http: "http://127.0.0.1:{{instance+{port}}}/", every: 150ms, timeout: 1s, failures: 2}}
+"#
+    );
+    let mut s = Supervised::start_with(&yaml, &[], |dir| {
+        std::fs::write(dir.join("health_server.py"), HEALTH_SERVER).unwrap();
+    });
+    let failed = s.wait_event("check_failed", "web");
+    assert_eq!(failed["failures"], 1);
+    s.wait_event("healthy", "web");
+    assert!(
+        s.next_within(Duration::from_secs(2), |e| {
+            e["event"] == "unhealthy" || e["event"] == "stopping"
+        })
+        .is_none(),
+        "{}",
+        s.dump()
+    );
+    assert_eq!(s.count("spawned", "web"), 1);
+}
+
+fn supervise_status(s: &Supervised) -> Value {
+    let output = std::process::Command::new(common::binary())
+        .current_dir(s.dir.path())
+        .env("XDG_RUNTIME_DIR", common::runtime_dir(s.dir.path()))
+        .args(["status", "--json", "-f", "ecosystem.yaml"])
+        .output()
+        .expect("status runs");
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "status --json: {e}: {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
+}
+
+/// Open fds of `pid`.
+fn fd_count(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_hanging_exec_check_is_killed_at_its_timeout_and_leaves_nothing_behind() {
+    let token = format!("hung-check-{}", std::process::id());
+    let yaml = format!(
+        r#"
+apps:
+  worker:
+    command: sleep 1000
+    ready: none
+    health: {{exec: "exec sleep 1000 {token}", every: 60ms, timeout: 40ms, failures: 100000}}
+"#
+    );
+    let mut s = Supervised::start(&yaml);
+    s.wait_count("check_failed", "worker", 5);
+    let fds = fd_count(s.pid());
+    s.wait_count("check_failed", "worker", 105);
+    let failed = s.wait_event("check_failed", "worker");
+    assert_eq!(failed["detail"], "no answer within 40ms", "{failed}");
+    // Each check was killed at its timeout and reaped: no `sleep` of ours
+    // left beyond the one running now, no zombie, no fd kept.
+    assert!(
+        eventually(Duration::from_secs(2), || common::with_argument(&token)
+            .len()
+            <= 1),
+        "hung checks left: {:?}",
+        common::with_argument(&token)
+    );
+    let zombies: Vec<i32> = common::children_of(s.pid())
+        .into_iter()
+        .filter(|pid| common::process_state(*pid) == Some('Z'))
+        .collect();
+    assert!(
+        eventually(Duration::from_secs(1), || {
+            zombies
+                .iter()
+                .all(|pid| common::process_state(*pid) != Some('Z'))
+        }),
+        "zombies: {zombies:?}"
+    );
+    assert!(
+        eventually(Duration::from_secs(1), || fd_count(s.pid()) <= fds),
+        "the supervisor held {fds} fds after 5 checks and {} after 105",
+        fd_count(s.pid())
+    );
+    // The worker itself was never touched.
+    assert_eq!(s.count("spawned", "worker"), 1);
+    assert_eq!(s.count("stopping", "worker"), 0);
+    s.signal(libc::SIGTERM);
+    s.wait_exit(WAIT);
+    assert!(eventually(Duration::from_secs(2), || {
+        common::with_argument(&token).is_empty()
+    }));
+}
+
+/// `examples/hello`'s draining server, leaking `LEAK_MB_PER_S` of memory,
+/// and saying (once) when its own RSS passed `LIMIT_MB`.
+const LEAKING_SERVER: &str = r#"
+import os, runpy, sys, threading, time
+rate = int(os.environ["LEAK_MB_PER_S"])
+limit = int(os.environ["LIMIT_MB"]) << 20
+hoard = []
+def leak():
+    told = False
+    while True:
+        hoard.append(b"x" * ((rate << 20) // 20))
+        rss = int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        if rss > limit and not told:
+            print("over the limit", flush=True)
+            told = True
+        time.sleep(0.05)
+threading.Thread(target=leak, daemon=True).start()
+sys.argv = ["server.py"]
+runpy.run_path(os.environ["SERVER"], run_name="__main__")
+"#;
+
+#[test]
+fn a_leaking_server_is_recycled_within_two_memory_checks_without_a_failed_request() {
+    let server = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/hello/server.py");
+    let yaml = format!(
+        r#"
+memory_check: 500ms
+apps:
+  web:
+    command: python3 leak.py
+    instances: 2
+    listen: 127.0.0.1:0
+    ready: {{delay: 500ms}}
+    backoff: {{initial: 10ms}}
+    max_memory: 60MB
+    env: {{LEAK_MB_PER_S: "20", LIMIT_MB: "60", SERVER: "{}"}}
+"#,
+        server.display()
+    );
+    let mut s = Supervised::start_with(&yaml, &[], |dir| {
+        std::fs::write(dir.join("leak.py"), LEAKING_SERVER).unwrap();
+    });
+    let port = common::listening_port(&mut s);
+    s.wait_count("ready", "web", 2);
+    // A bounded client loop, one request per connection, while 3 recycles happen.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (sent, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let client = {
+        let (stop, sent, failed) = (stop.clone(), sent.clone(), failed.clone());
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                sent.fetch_add(1, Ordering::Relaxed);
+                if !get(port) {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+    };
+    for count in 1..=3 {
+        let exceeded = s.wait_for(&format!("memory_exceeded #{count}"), |e| {
+            e["event"] == "memory_exceeded"
+        });
+        assert!(exceeded["rss_bytes"].as_u64().unwrap() > 60_000_000);
+        assert_eq!(exceeded["limit_bytes"], 60_000_000);
+        // Found within two memory_check periods of passing the limit.
+        let (pid, slot) = (exceeded["pid"].clone(), exceeded["slot"].clone());
+        let at = timestamp_ms(&exceeded);
+        let over = s
+            .events
+            .iter()
+            .filter(|e| e["slot"] == slot && e["line"] == "over the limit")
+            .filter(|e| timestamp_ms(e) <= at)
+            .last()
+            .cloned()
+            .unwrap_or_else(|| panic!("no 'over the limit' line of slot {slot}:\n{}", s.dump()));
+        let late = timestamp_ms(&exceeded) - timestamp_ms(&over);
+        assert!(
+            late <= 1000.0,
+            "memory_exceeded came {late} ms after the instance passed its limit"
+        );
+        s.wait_for(&format!("the recycled one stopped #{count}"), |e| {
+            e["event"] == "stopped" && e["pid"] == pid
+        });
+    }
+    stop.store(true, Ordering::Relaxed);
+    client.join().unwrap();
+    let (sent, failed) = (sent.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    assert!(sent > 100, "only {sent} requests were sent");
+    assert_eq!(
+        failed, 0,
+        "{failed} of {sent} requests failed across 3 recycles"
+    );
+}
+
+/// One `GET /` on a new connection: answered 200?
+fn get(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    if stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    answer.starts_with(b"HTTP/1.1 200") || answer.starts_with(b"HTTP/1.0 200")
+}
+
+#[test]
+fn the_watchdog_keeps_a_pinging_worker_and_restarts_a_silent_one_with_sigabrt() {
+    if !common::has_systemd_notify() {
+        println!("skipped: systemd-notify is not installed (apt-get install systemd)");
+        return;
+    }
+    let yaml = r#"
+apps:
+  pinger:
+    command: for i in 1 2 3 4 5 6; do systemd-notify WATCHDOG=1; echo pinged; sleep 0.25; done; echo silent; exec sleep 1000
+    shell: true
+    ready: none
+    watchdog: 1s
+    backoff: {initial: 10ms}
+"#;
+    let mut s = Supervised::start(yaml);
+    let first = s.wait_event("spawned", "pinger")["pid"].clone();
+    s.wait_line("silent");
+    // Kept alive for the 1.5 s it pinged, past its 1 s watchdog.
+    assert_eq!(s.count("watchdog_missed", "pinger"), 0);
+    let missed = s.wait_event("watchdog_missed", "pinger");
+    assert_eq!(missed["pid"], first);
+    assert_eq!(missed["signal"], "SIGABRT");
+    let last_ping = s
+        .events
+        .iter()
+        .filter(|e| e["line"] == "pinged")
+        .map(timestamp_ms)
+        .filter(|at| *at <= timestamp_ms(&missed))
+        .last()
+        .expect("pinged lines");
+    let restarted = s.wait_for("the restart", |e| {
+        e["event"] == "spawned" && e["pid"] != first
+    });
+    let after = timestamp_ms(&restarted) - last_ping;
+    assert!(
+        after <= 1100.0 + 50.0,
+        "restarted {after} ms after the last ping (watchdog 1 s + 100 ms; the ping is logged just after it is sent)"
+    );
+    let stopped = s.wait_for("the stop", |e| e["event"] == "stopped" && e["pid"] == first);
+    assert!(stopped["took_ms"].as_u64().unwrap() < 1000, "{stopped}");
+}
