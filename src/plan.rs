@@ -68,16 +68,17 @@ pub fn compare(old: &AppSpec, new: &AppSpec) -> AppChange {
         };
     }
     let (a, b) = (&old.process, &new.process);
-    let process: [(&'static str, bool); 6] = [
+    let process: [(&'static str, bool); 7] = [
         ("command", a.argv != b.argv),
         ("shell", a.shell != b.shell),
         ("cwd", a.cwd != b.cwd),
         ("env", a.env != b.env),
         ("listen", a.listen != b.listen),
         ("user", a.identity != b.identity),
+        ("watchdog", a.watchdog != b.watchdog),
     ];
     let replaced = changed_names(&process);
-    let policy: [(&'static str, bool); 8] = [
+    let policy: [(&'static str, bool); 11] = [
         ("ready", old.ready != new.ready),
         ("ready_timeout", old.ready_timeout != new.ready_timeout),
         ("restart", old.restart != new.restart),
@@ -86,6 +87,12 @@ pub fn compare(old: &AppSpec, new: &AppSpec) -> AppChange {
         ("stop_signal", old.stop_signal != new.stop_signal),
         ("kill_timeout", old.kill_timeout != new.kill_timeout),
         ("reload", old.reload != new.reload),
+        ("health", old.health != new.health),
+        ("max_memory", old.max_memory != new.max_memory),
+        (
+            "watchdog_signal",
+            old.watchdog_signal != new.watchdog_signal,
+        ),
     ];
     let tuned = changed_names(&policy);
     let overlapping_rebind = a.listen.iter().find_map(|before| {
@@ -238,6 +245,36 @@ mod tests {
         assert_eq!(
             change[0].to_string(),
             "api: restart, kill_timeout changed (applies to running instances; nothing restarted)"
+        );
+        assert!(matches!(&change[0], AppChange::Changed(c) if !c.replaces()));
+    }
+
+    #[test]
+    fn the_watchdog_replaces_and_health_and_memory_tune() {
+        use crate::spec::{HealthCheck, HealthSpec, defaults};
+
+        let mut watched = app("api", 2);
+        watched.process.watchdog = Some(Duration::from_secs(10));
+        assert_eq!(
+            lines(vec![app("api", 2)], vec![watched]),
+            ["api: watchdog changed; rolling replace of 2 instances"],
+            "WATCHDOG_USEC is in the process's environment"
+        );
+
+        let mut checked = app("api", 2);
+        checked.health = Some(HealthSpec {
+            check: HealthCheck::Exec(vec![Template::literal("true")]),
+            every: defaults::HEALTH_EVERY,
+            timeout: defaults::HEALTH_TIMEOUT,
+            failures: defaults::HEALTH_FAILURES,
+            grace: defaults::HEALTH_GRACE,
+        });
+        checked.max_memory = Some(300 << 20);
+        checked.watchdog_signal = nix::sys::signal::Signal::SIGQUIT;
+        let change = diff(&desired(vec![app("api", 2)]), &desired(vec![checked]));
+        assert_eq!(
+            change[0].to_string(),
+            "api: health, max_memory, watchdog_signal changed (applies to running instances; nothing restarted)"
         );
         assert!(matches!(&change[0], AppChange::Changed(c) if !c.replaces()));
     }

@@ -307,9 +307,9 @@ apps:
         let over = s
             .events
             .iter()
+            .rev()
             .filter(|e| e["slot"] == slot && e["line"] == "over the limit")
-            .filter(|e| timestamp_ms(e) <= at)
-            .last()
+            .find(|e| timestamp_ms(e) <= at)
             .cloned()
             .unwrap_or_else(|| panic!("no 'over the limit' line of slot {slot}:\n{}", s.dump()));
         let late = timestamp_ms(&exceeded) - timestamp_ms(&over);
@@ -374,10 +374,10 @@ apps:
     let last_ping = s
         .events
         .iter()
+        .rev()
         .filter(|e| e["line"] == "pinged")
         .map(timestamp_ms)
-        .filter(|at| *at <= timestamp_ms(&missed))
-        .last()
+        .find(|at| *at <= timestamp_ms(&missed))
         .expect("pinged lines");
     let restarted = s.wait_for("the restart", |e| {
         e["event"] == "spawned" && e["pid"] != first

@@ -109,6 +109,39 @@ fn app() -> BoxedStrategy<AppFields> {
             max_surge,
             max_unavailable,
         });
+    let check_command = prop_oneof![
+        text().prop_map(CommandLine::Line),
+        prop::collection::vec(text(), 0..4).prop_map(CommandLine::Argv),
+    ];
+    let health = (
+        (
+            of(text().boxed()),
+            of(text().boxed()),
+            of(check_command.boxed()),
+        ),
+        (
+            of(duration().boxed()),
+            of(duration().boxed()),
+            of(any::<u32>().boxed()),
+            of(duration().boxed()),
+        ),
+    )
+        .prop_map(
+            |((http, tcp, exec), (every, timeout, failures, grace))| Health {
+                http,
+                tcp,
+                exec,
+                every,
+                timeout,
+                failures,
+                grace,
+            },
+        );
+    let max_memory = prop_oneof![
+        any::<u64>().prop_map(Size::Bytes),
+        text().prop_map(Size::Text),
+        "[0-9]{1,4} ?(B|K|KiB|MB|G)".prop_map(Size::Text),
+    ];
     (
         (
             of(command.boxed()),
@@ -136,12 +169,20 @@ fn app() -> BoxedStrategy<AppFields> {
             of(text().boxed()),
         )
             .boxed(),
+        (
+            of(health.boxed()),
+            of(max_memory.boxed()),
+            of(duration().boxed()),
+            of(text().boxed()),
+        )
+            .boxed(),
     )
         .prop_map(
             |(
                 (command, shell, cwd, env, env_file, instances, listen),
                 (ready, ready_timeout, restart, backoff, max_restarts, stop_signal),
                 (kill_timeout, reload, user, group),
+                (health, max_memory, watchdog, watchdog_signal),
             )| AppFields {
                 command,
                 shell,
@@ -160,6 +201,10 @@ fn app() -> BoxedStrategy<AppFields> {
                 reload,
                 user,
                 group,
+                health,
+                max_memory,
+                watchdog,
+                watchdog_signal,
             },
         )
         .boxed()
@@ -175,10 +220,12 @@ fn ecosystem() -> impl Strategy<Value = EcosystemFile> {
     (
         proptest::option::of(app()),
         prop::collection::vec((text(), app()), 0..4),
+        proptest::option::of(duration()),
     )
-        .prop_map(|(defaults, apps)| EcosystemFile {
+        .prop_map(|(defaults, apps, memory_check)| EcosystemFile {
             defaults,
             apps: apps.into_iter().collect(),
+            memory_check,
         })
 }
 

@@ -66,6 +66,8 @@ fn structurally_invalid_fixtures_break_the_schema_too() {
         "restart-bad-policy",
         "ready-unknown-probe",
         "env-value-list",
+        "health-two-checks",
+        "health-misspelt-failures",
     ] {
         let file = root().join(format!("tests/fixtures/invalid/{name}.yaml"));
         let tree = node::parse(&std::fs::read_to_string(&file).unwrap()).unwrap();

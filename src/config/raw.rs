@@ -32,6 +32,9 @@ pub struct EcosystemFile {
     pub defaults: Option<AppFields>,
     /// The apps, keyed by name (`[a-z0-9][a-z0-9_-]*`, not `all`).
     pub apps: IndexMap<String, AppFields>,
+    /// How often the memory of instances with `max_memory` is measured. Default 5s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_check: Option<DurationText>,
 }
 
 /// Every key an app (or `defaults`) may set. All are optional here; `command` is
@@ -90,6 +93,23 @@ pub struct AppFields {
     /// Run with this group. Default: the user's primary group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
+    /// A liveness check, run every `every` once an instance is ready: after
+    /// `failures` consecutive failed checks the instance is replaced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<Health>,
+    /// The memory an instance may use before it is replaced: bytes, or a number
+    /// with a unit: B; K, M, G (= KiB, MiB, GiB, 1024-based); KB, MB, GB
+    /// (1000-based). Default: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_memory: Option<Size>,
+    /// The instance must send `WATCHDOG=1` (systemd's protocol) at least this
+    /// often once ready, or it gets `watchdog_signal`. Default: no watchdog.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watchdog: Option<DurationText>,
+    /// The signal a missed watchdog deadline sends (then SIGKILL at
+    /// `kill_timeout`). Default SIGABRT.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watchdog_signal: Option<String>,
 }
 
 /// `command`: a string split like a shell, or the exact argv.
@@ -257,6 +277,58 @@ pub struct Reload {
     /// Instances allowed to be not ready during a rollout. Default 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_unavailable: Option<u32>,
+}
+
+/// `health`: exactly one check (`http`, `tcp` or `exec`) and its timing. In
+/// `defaults`, each key merges separately; an app's own check replaces the
+/// one in `defaults`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(extend(
+    "x-expected" = "{http: URL}, {tcp: ADDRESS} or {exec: COMMAND}, optionally with every, timeout, failures and grace",
+    "not" = { "anyOf": [
+        { "required": ["http", "tcp"] },
+        { "required": ["http", "exec"] },
+        { "required": ["tcp", "exec"] }
+    ] }
+))]
+pub struct Health {
+    /// Healthy when a GET of this URL answers 2xx within `timeout`; may use
+    /// `{instance}` / `{instance+N}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<String>,
+    /// Healthy when a TCP connect to this address succeeds within `timeout`;
+    /// may use `{instance}` / `{instance+N}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<String>,
+    /// Healthy when this command exits 0 within `timeout`: a string (run with
+    /// `/bin/sh -c`) or a list (the exact argv). It runs in the worker's cwd,
+    /// environment and user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec: Option<CommandLine>,
+    /// Time between the starts of two checks, from ready. Default 10s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every: Option<DurationText>,
+    /// A check that takes longer fails. Default 2s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<DurationText>,
+    /// Consecutive failed checks that make an instance unhealthy. Default 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failures: Option<u32>,
+    /// A failed check started within this long of ready does not count. Default 0s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace: Option<DurationText>,
+}
+
+/// A size in bytes: an integer, or a number with a unit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+#[schemars(extend(
+    "x-expected" = "a size such as \"300MB\", \"512K\" or \"1GiB\", or a number of bytes"
+))]
+pub enum Size {
+    Bytes(u64),
+    Text(String),
 }
 
 /// A humantime duration as written (`250ms`, `5s`, `1m30s`); parsed by validation.

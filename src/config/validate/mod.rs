@@ -9,8 +9,10 @@
 //!
 //! One concern per file: [`process`] (command, cwd, env, user), [`listen`]
 //! (sockets and their clashes), [`ready`] (readiness and probes), [`policy`]
-//! (instances, restarts, backoff, signals, rollout limits).
+//! (instances, restarts, backoff, signals, rollout limits), [`health`]
+//! (health checks, memory limits, the watchdog).
 
+mod health;
 mod listen;
 mod policy;
 mod process;
@@ -19,6 +21,8 @@ mod ready;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use nix::sys::signal::Signal;
 
 use super::diagnostic::{PathSeg, Reporter};
 use super::raw::{self, AppFields, EcosystemFile};
@@ -93,13 +97,17 @@ pub fn resolve(
         apps.extend(spec);
     }
     listen::check_listen_clashes(file, &listeners, reporter);
+    let memory_check = match &file.memory_check {
+        Some(text) => parse_positive_duration(text, &[key("memory_check")], reporter),
+        None => Some(defaults::MEMORY_CHECK),
+    };
     if reporter.has_errors() {
         return None;
     }
     Some(Desired {
         source: source.to_path_buf(),
         apps,
-        memory_check: crate::spec::defaults::MEMORY_CHECK,
+        memory_check: memory_check?,
     })
 }
 
@@ -178,16 +186,36 @@ impl AppContext<'_> {
             .unwrap_or(false);
         let instances = self.resolve_instances(reporter);
         let identity = self.resolve_identity(reporter);
-        let env = self.resolve_env(!listen.is_empty(), identity.is_some(), reporter);
+        let watchdog = self.resolve_watchdog(reporter);
+        let env = self.resolve_env(
+            !listen.is_empty(),
+            identity.is_some(),
+            watchdog.is_some(),
+            reporter,
+        );
         let command =
             self.resolve_command(shell, !listen.is_empty(), cwd.as_deref(), &env, reporter);
         let ready_timeout = self.duration("ready_timeout", |f| f.ready_timeout.as_ref(), reporter);
         let ready = self.resolve_ready(instances.map(|(n, _)| n), &listen, ready_timeout, reporter);
         let backoff = self.resolve_backoff(reporter);
         let max_restarts = self.resolve_max_restarts(reporter);
-        let stop_signal = self.resolve_signal(reporter);
+        let stop_signal = self.resolve_signal(
+            "stop_signal",
+            |f| f.stop_signal.as_ref(),
+            Signal::SIGTERM,
+            reporter,
+        );
         let kill_timeout = self.duration("kill_timeout", |f| f.kill_timeout.as_ref(), reporter);
         let reload = self.resolve_reload(reporter);
+        let health = self.resolve_health(
+            instances.map(|(n, _)| n),
+            &listen,
+            &env,
+            cwd.as_deref(),
+            reporter,
+        );
+        let max_memory = self.resolve_max_memory(reporter);
+        let watchdog_signal = self.resolve_watchdog_signal(reporter);
 
         if reporter.error_count() > errors_before {
             return None;
@@ -204,7 +232,7 @@ impl AppContext<'_> {
                 env,
                 listen,
                 identity,
-                watchdog: None,
+                watchdog,
             },
             instances,
             instances_from_max,
@@ -218,9 +246,9 @@ impl AppContext<'_> {
             stop_signal: stop_signal?,
             kill_timeout: kill_timeout.unwrap_or(defaults::KILL_TIMEOUT),
             reload: reload?,
-            health: None,
-            max_memory: None,
-            watchdog_signal: nix::sys::signal::Signal::SIGABRT,
+            health,
+            max_memory,
+            watchdog_signal: watchdog_signal?,
         })
     }
 
@@ -261,16 +289,26 @@ fn parse_positive_duration(
     path: &[PathSeg],
     reporter: &mut Reporter,
 ) -> Option<Duration> {
+    let duration = parse_non_negative_duration(text, path, reporter)?;
+    if duration.is_zero() {
+        reporter
+            .error(
+                path,
+                format!("duration `{}` must be greater than zero", text.0),
+            )
+            .help("use a positive duration such as 100ms or 5s");
+        return None;
+    }
+    Some(duration)
+}
+
+/// A duration that may be zero (`0s`, `0ms`), as `grace` may.
+fn parse_non_negative_duration(
+    text: &raw::DurationText,
+    path: &[PathSeg],
+    reporter: &mut Reporter,
+) -> Option<Duration> {
     match humantime::parse_duration(text.0.trim()) {
-        Ok(duration) if duration.is_zero() => {
-            reporter
-                .error(
-                    path,
-                    format!("duration `{}` must be greater than zero", text.0),
-                )
-                .help("use a positive duration such as 100ms or 5s");
-            None
-        }
         Ok(duration) => Some(duration),
         Err(error) => {
             let message = if text.0.trim_start().starts_with('-') {

@@ -1,6 +1,7 @@
 //! The policy fields: `instances`, `restart`, `backoff`, `max_restarts`,
 //! `stop_signal`, `reload` — what can change without replacing a process
-//! (except `instances`, which adds or removes them).
+//! (except `instances`, which adds or removes them). The health policy is in
+//! [`super::health`].
 
 use std::time::Duration;
 
@@ -122,9 +123,16 @@ impl AppContext<'_> {
         })
     }
 
-    pub(super) fn resolve_signal(&self, reporter: &mut Reporter) -> Option<Signal> {
-        let Some((name, path)) = self.pick("stop_signal", |f| f.stop_signal.as_ref()) else {
-            return Some(Signal::SIGTERM);
+    /// A signal field (`stop_signal`, `watchdog_signal`), `default` when unset.
+    pub(super) fn resolve_signal(
+        &self,
+        field: &str,
+        get: impl Fn(&raw::AppFields) -> Option<&String>,
+        default: Signal,
+        reporter: &mut Reporter,
+    ) -> Option<Signal> {
+        let Some((name, path)) = self.pick(field, get) else {
+            return Some(default);
         };
         match parse_signal(&name) {
             Some(signal) => Some(signal),

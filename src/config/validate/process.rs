@@ -113,12 +113,14 @@ impl AppContext<'_> {
         &self,
         has_listen: bool,
         has_user: bool,
+        has_watchdog: bool,
         reporter: &mut Reporter,
     ) -> Vec<(String, Template)> {
         let reserved = |name: &str| {
             RESERVED_ALWAYS.contains(&name)
                 || (has_listen && name == "PORT")
                 || (has_user && matches!(name, "HOME" | "USER" | "LOGNAME"))
+                || (has_watchdog && matches!(name, "WATCHDOG_USEC" | "WATCHDOG_PID"))
         };
         let mut merged: IndexMap<String, Template> = IndexMap::new();
 
@@ -269,13 +271,7 @@ impl AppContext<'_> {
         if let (false, false, false, Some(cwd)) =
             (shell, self.broken("shell"), argv[0].uses_instance(), cwd)
         {
-            let env_path = env
-                .iter()
-                .rev()
-                .find(|(name, _)| name == "PATH")
-                .map(|(_, value)| OsString::from(value.expand(0)));
-            let search = env_path.or_else(|| self.host.path.clone());
-            match find_program(&words[0], cwd, search.as_deref()) {
+            match find_program(&words[0], cwd, self.program_search_path(env).as_deref()) {
                 Ok(found) => program = Some(found),
                 Err(problem) => {
                     let help = if words[0].contains('/') {
@@ -289,13 +285,28 @@ impl AppContext<'_> {
         }
         Some((argv, program))
     }
+
+    /// The `PATH` a worker's programs are looked up along: its own `env`'s,
+    /// else supervise's.
+    pub(super) fn program_search_path(&self, env: &[(String, Template)]) -> Option<OsString> {
+        env.iter()
+            .rev()
+            .find(|(name, _)| name == "PATH")
+            .map(|(_, value)| OsString::from(value.expand(0)))
+            .or_else(|| self.host.path.clone())
+    }
 }
 
 fn reserved_help(name: &str) -> String {
     match name {
         "PORT" => "with `listen`, PORT is the first TCP listener's port".to_string(),
         "HOME" | "USER" | "LOGNAME" => "with `user`, these describe that user".to_string(),
-        "NOTIFY_SOCKET" => "use `ready: notify` to get a notify socket".to_string(),
+        "NOTIFY_SOCKET" => {
+            "`ready: notify` and `watchdog` give workers a notify socket".to_string()
+        }
+        "WATCHDOG_USEC" | "WATCHDOG_PID" => {
+            "with `watchdog`, supervise sets these for each instance".to_string()
+        }
         _ if name.starts_with("LISTEN_") => "use `listen` to pass sockets to workers".to_string(),
         _ => "supervise sets it for each instance; read it instead".to_string(),
     }
