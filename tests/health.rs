@@ -191,7 +191,7 @@ apps:
   worker:
     command: sleep 1000
     ready: none
-    health: {{exec: "exec sleep 1000 {token}", every: 60ms, timeout: 40ms, failures: 100000}}
+    health: {{exec: "exec python3 -c 'import time; time.sleep(1000)' {token}", every: 60ms, timeout: 40ms, failures: 100000}}
 "#
     );
     let mut s = Supervised::start(&yaml);
@@ -237,11 +237,11 @@ apps:
 }
 
 /// `examples/hello`'s draining server, leaking `LEAK_MB_PER_S` of memory,
-/// and saying (once) when its own RSS passed `LIMIT_MB`.
+/// and saying (once) when its own RSS passed `LIMIT_BYTES`.
 const LEAKING_SERVER: &str = r#"
 import os, runpy, sys, threading, time
 rate = int(os.environ["LEAK_MB_PER_S"])
-limit = int(os.environ["LIMIT_MB"]) << 20
+limit = int(os.environ["LIMIT_BYTES"])
 hoard = []
 def leak():
     told = False
@@ -271,7 +271,7 @@ apps:
     ready: {{delay: 500ms}}
     backoff: {{initial: 10ms}}
     max_memory: 60MB
-    env: {{LEAK_MB_PER_S: "20", LIMIT_MB: "60", SERVER: "{}"}}
+    env: {{LEAK_MB_PER_S: "20", LIMIT_BYTES: "60000000", SERVER: "{}"}}
 "#,
         server.display()
     );

@@ -229,7 +229,6 @@ pub fn reconcile(target: Target<'_>, workers: &Workers, now: Instant) -> Plan {
     // good (one stopping after a failed start still holds its slot).
     let mut slots: BTreeMap<u32, Slot<'_>> = BTreeMap::new();
     let mut has_outdated = false;
-    let mut ready = 0usize;
     for worker in workers.values().filter(|w| w.slot < desired && !leaving(w)) {
         let slot = slots.entry(worker.slot).or_default();
         if worker.generation >= generation && worker.recycle.is_none() {
@@ -240,8 +239,17 @@ pub fn reconcile(target: Target<'_>, workers: &Workers, now: Instant) -> Plan {
             slot.outdated.push(worker);
             has_outdated |= worker.generation < generation;
         }
-        ready += usize::from(worker.state.is_ready());
     }
+    // Slots served now: a slot where an old and a new worker are both ready
+    // (for the moment it takes to retire the old one) counts once, so the
+    // count never lets another slot's only worker go below the floor.
+    let mut ready = slots
+        .values()
+        .filter(|s| {
+            s.current.is_some_and(|w| w.state.is_ready())
+                || s.outdated.iter().any(|w| w.state.is_ready())
+        })
+        .count();
     // A replacement failed: it crashed or was not ready in time, or its run
     // ended (even with exit 0) before it could take over its slot.
     let failed_replacement = slots.iter().find_map(|(number, slot)| {
@@ -309,12 +317,13 @@ pub fn reconcile(target: Target<'_>, workers: &Workers, now: Instant) -> Plan {
                 // The replacement of a recycled worker gave up: the broken
                 // one does not serve on alone.
                 for old in outdated.iter().filter(|w| w.recycle.is_some()) {
-                    ready -= usize::from(retire(old, &mut plan));
+                    ready = ready.saturating_sub(usize::from(retire(old, &mut plan)));
                 }
             }
             if worker.state.is_ready() {
+                // The slot stays served: no change to `ready`.
                 for old in outdated {
-                    ready -= usize::from(retire(old, &mut plan));
+                    retire(old, &mut plan);
                 }
             } else if !halted {
                 supersede(outdated, &mut plan, &mut occupied, &mut ready);
@@ -356,7 +365,7 @@ pub fn reconcile(target: Target<'_>, workers: &Workers, now: Instant) -> Plan {
         }
         if target.recreate {
             for old in outdated {
-                ready -= usize::from(retire(old, &mut plan));
+                ready = ready.saturating_sub(usize::from(retire(old, &mut plan)));
             }
             continue;
         }
@@ -371,7 +380,7 @@ pub fn reconcile(target: Target<'_>, workers: &Workers, now: Instant) -> Plan {
             && ready > floor
         {
             // Make room: within max_unavailable, the old one goes first.
-            ready -= usize::from(retire(old, &mut plan));
+            ready = ready.saturating_sub(usize::from(retire(old, &mut plan)));
         }
     }
     plan
@@ -385,7 +394,7 @@ fn supersede(outdated: &[&Worker], plan: &mut Plan, occupied: &mut usize, ready:
         match old.state {
             State::Ready { .. } | State::Stopping { .. } | State::Spawning => {}
             State::Starting { .. } => {
-                *ready -= usize::from(retire(old, plan));
+                *ready = ready.saturating_sub(usize::from(retire(old, plan)));
             }
             State::Pending | State::Backoff { .. } => {
                 plan.steps.push(Step::Remove { id: old.id });
@@ -421,7 +430,7 @@ fn give_way(
         match old.state {
             State::Stopping { .. } | State::Spawning => {}
             State::Starting { .. } | State::Ready { .. } => {
-                *ready -= usize::from(retire(old, plan));
+                *ready = ready.saturating_sub(usize::from(retire(old, plan)));
             }
             State::Pending | State::Backoff { .. } => {
                 plan.steps.push(Step::Remove { id: old.id });
