@@ -768,6 +768,24 @@ fn found_seeds_past_100000_a_halted_rollout_keeps_one_worker_per_slot() {
     }
 }
 
+/// What the liveness seeds found while health checks, memory limits and
+/// the watchdog were built (each fixed): replacements of unhealthy workers
+/// recycled in a loop when a scale-up left slots without a check target
+/// (250, 319: the simulation's own edit, fixed there); a check in flight
+/// when its worker was condemned was never timed out (7530); a recycled
+/// worker served on beside a replacement that gave up (12967); a slot whose
+/// old and new workers were both ready counted twice, letting another
+/// slot's only worker be stopped below `max_unavailable` (82515); a
+/// watchdog due before the quiet time was not counted as a fault (108011:
+/// the simulation's bookkeeping); a started held slot left `N + max_surge`
+/// full of pending replacements, and nothing could start (179182).
+#[test]
+fn found_by_the_liveness_seeds() {
+    for seed in [250, 319, 7_530, 12_967, 82_515, 108_011, 179_182] {
+        check_seed(seed);
+    }
+}
+
 /// A start of hundreds goes [`SPAWNS_PER_TURN`] per turn of the loop, so
 /// a shutdown (or anything else) that arrives meanwhile is handled after
 /// one turn, not after the whole batch; and with time the batch completes.

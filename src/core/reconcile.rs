@@ -17,7 +17,10 @@
 //! - outdated workers (generation < `G`) are replaced slot by slot: the new one
 //!   is created while at most `N + s` workers exist (draining ones included),
 //!   and the old one is stopped once its replacement is ready — or earlier, when
-//!   more than `N − u` ready workers remain. An outdated worker that does not
+//!   more than `N − u` slots are served (a slot served by an old and a new
+//!   worker counts once). Over `N + s` (a held slot started again), a
+//!   replacement that is no process yet makes way, to come back when there is
+//!   room. An outdated worker that does not
 //!   serve (starting, backing off) is superseded at once: a definition that
 //!   changes again mid-rollout stops the replacements in flight and rolls the
 //!   newest one out, within the same bounds;
@@ -311,6 +314,18 @@ pub fn reconcile(target: Target<'_>, workers: &Workers, now: Instant) -> Plan {
                     newest_running(outdated)
                 };
                 give_way(outdated, keep, &mut plan, &mut occupied, &mut ready);
+            }
+            if replacing
+                && occupied > limit
+                && matches!(worker.state, State::Pending | State::Backoff { .. })
+            {
+                // Over `N + max_surge` (a held slot was started again, say):
+                // a replacement that is no process yet makes way, to be
+                // created again when there is room, so that the slots it
+                // crowds out can start and the rollout can go on.
+                plan.steps.push(Step::Remove { id: worker.id });
+                occupied -= 1;
+                continue;
             }
             drive(worker, spec, now, !rolling || occupied <= limit, &mut plan);
             if matches!(worker.state, State::Failed | State::Exited) {

@@ -457,6 +457,7 @@ impl Effects for System {
             }
             if let Some(process) = self.check_processes.remove(&pid) {
                 self.check_process_ended(process, exit);
+                self.groups.reaped();
                 continue;
             }
             if Some(pid) == self.setup.spawner.pid() {

@@ -619,3 +619,85 @@ fn the_kept_output_of_a_slot_or_app_that_goes_away_is_dropped() {
         Some("forget output web")
     );
 }
+
+/// A worker of `generation` in `slot`, ready since `at` (pid `pid`).
+fn ready_worker(id: WorkerId, slot: u32, generation: u64, pid: i32, at: Instant) -> Worker {
+    let mut worker = Worker::new(id, slot, generation);
+    worker.begin_start().unwrap();
+    worker.spawned(pid, at).unwrap();
+    worker.exec_succeeded().unwrap();
+    worker.ready(at).unwrap();
+    worker
+}
+
+fn rolling_target(spec: &AppSpec) -> Target<'_> {
+    Target {
+        spec,
+        generation: 2,
+        rollout_halted: false,
+        recreate: false,
+        winding_down: false,
+    }
+}
+
+#[test]
+fn a_slot_served_by_an_old_and_a_new_worker_counts_once_toward_max_unavailable() {
+    let t0 = Instant::now();
+    let mut spec = app("web", 3, Readiness::Immediate);
+    spec.reload = ReloadLimits {
+        max_surge: 1,
+        max_unavailable: 0,
+    };
+    // Slots 0 and 1 still old; slot 2 old and new, both ready (the moment
+    // before its old one is retired): N + max_surge is full.
+    let workers: Workers = [
+        ready_worker(1, 0, 1, 100, t0),
+        ready_worker(2, 1, 1, 101, t0),
+        ready_worker(3, 2, 1, 102, t0),
+        ready_worker(4, 2, 2, 103, t0),
+    ]
+    .into_iter()
+    .map(|w| (w.id, w))
+    .collect();
+    let plan = reconcile(rolling_target(&spec), &workers, t0);
+    assert_eq!(
+        plan.steps,
+        [super::Step::Stop {
+            id: 3,
+            reason: StopReason::Outdated,
+            then: AfterStop::Remove,
+        }],
+        "3 slots are served, not 4: slot 0's only worker must stay"
+    );
+}
+
+#[test]
+fn replacements_that_are_no_process_yet_make_way_when_over_the_surge() {
+    let t0 = Instant::now();
+    let mut spec = app("web", 3, Readiness::Immediate);
+    spec.reload = ReloadLimits {
+        max_surge: 1,
+        max_unavailable: 0,
+    };
+    // Old workers serve slots 0 and 2, each with a pending replacement;
+    // slot 1 (held, then started again) is pending too: 5 > 3 + 1.
+    let workers: Workers = [
+        ready_worker(1, 0, 1, 100, t0),
+        Worker::new(2, 0, 2),
+        Worker::new(3, 1, 2),
+        ready_worker(4, 2, 1, 102, t0),
+        Worker::new(5, 2, 2),
+    ]
+    .into_iter()
+    .map(|w| (w.id, w))
+    .collect();
+    let plan = reconcile(rolling_target(&spec), &workers, t0);
+    assert_eq!(
+        plan.steps,
+        [
+            super::Step::Remove { id: 2 },
+            super::Step::Start { id: 3 },
+            super::Step::Start { id: 5 }
+        ]
+    );
+}
