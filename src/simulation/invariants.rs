@@ -216,7 +216,7 @@ impl World {
             let broken = self.supervisor.core().broken();
             self.advance(Duration::from_millis(500));
             self.ready_everything();
-            self.disruptive = self.supervisor.core().broken() != broken;
+            self.disruptive |= self.supervisor.core().broken() != broken;
             self.check()?;
         }
         for app in self.supervisor.core().apps() {
