@@ -454,6 +454,15 @@ pub mod defaults {
     pub const HEALTH_FAILURES: u32 = 3;
     pub const HEALTH_GRACE: Duration = Duration::ZERO;
     pub const MEMORY_CHECK: Duration = Duration::from_secs(5);
+    /// Bounds the file is held to: checks more often than this would keep
+    /// the loop forking for them (50 instances every 10 ms starved it).
+    pub const MIN_HEALTH_EVERY: Duration = Duration::from_millis(50);
+    /// A memory measurement reads every instance's processes.
+    pub const MIN_MEMORY_CHECK: Duration = Duration::from_millis(100);
+    /// `WATCHDOG_USEC` must be at least 1 (systemd's `sd_watchdog_enabled`
+    /// refuses 0) and fit its readers' 64 bits; a day is far beyond use.
+    pub const MIN_WATCHDOG: Duration = Duration::from_millis(1);
+    pub const MAX_WATCHDOG: Duration = Duration::from_secs(24 * 3600);
     /// The most instances one app may ask for.
     pub const MAX_INSTANCES: u32 = 4096;
 }

@@ -191,7 +191,7 @@ apps:
   worker:
     command: sleep 1000
     ready: none
-    health: {{exec: "exec python3 -c 'import time; time.sleep(1000)' {token}", every: 60ms, timeout: 40ms, failures: 100000}}
+    health: {{exec: "exec python3 -c 'import time; time.sleep(1000)' {token}", every: 50ms, timeout: 50ms, failures: 100000}}
 "#
     );
     let mut s = Supervised::start(&yaml);
@@ -199,9 +199,10 @@ apps:
     let fds = fd_count(s.pid());
     s.wait_count("check_failed", "worker", 105);
     let failed = s.wait_event("check_failed", "worker");
-    assert_eq!(failed["detail"], "no answer within 40ms", "{failed}");
-    // Each check was killed at its timeout and reaped: no `sleep` of ours
-    // left beyond the one running now, no zombie, no fd kept.
+    assert_eq!(failed["detail"], "no answer within 50ms", "{failed}");
+    // Each check was killed at its timeout and reaped — also one reaped
+    // after the next had started (every = timeout): none of ours left
+    // beyond the one running now, no zombie, no fd kept.
     assert!(
         eventually(Duration::from_secs(2), || common::with_argument(&token)
             .len()
@@ -389,4 +390,78 @@ apps:
     );
     let stopped = s.wait_for("the stop", |e| e["event"] == "stopped" && e["pid"] == first);
     assert!(stopped["took_ms"].as_u64().unwrap() < 1000, "{stopped}");
+}
+
+#[test]
+fn an_exec_check_is_not_the_instance_what_it_leaves_is_killed_and_not_counted() {
+    let token = format!("check-leftover-{}", std::process::id());
+    let yaml = format!(
+        r#"
+memory_check: 100ms
+apps:
+  worker:
+    command: sleep 1000
+    ready: none
+    max_memory: 40MB
+    health: {{exec: "setsid python3 -c 'import time; b = bytearray(60 << 20); b[::4096] = b\"x\" * len(b[::4096]); time.sleep(1000)' {token} & sleep 0.3; exit 0", every: 100ms, timeout: 1s, failures: 3}}
+"#
+    );
+    let mut s = Supervised::start(&yaml);
+    s.wait_count("spawned", "worker", 1);
+    // Checks pass and leave a 60 MB daemon behind each time: it is killed
+    // with its check, and never counted in the instance's 40 MB.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        common::with_argument(&token).len() <= 1,
+        "leftovers of checks: {:?}",
+        common::with_argument(&token)
+    );
+    assert_eq!(s.count("memory_exceeded", "worker"), 0, "{}", s.dump());
+    assert_eq!(s.count("check_failed", "worker"), 0, "{}", s.dump());
+    s.signal(libc::SIGTERM);
+    s.wait_exit(WAIT);
+    assert!(eventually(Duration::from_secs(2), || {
+        common::with_argument(&token).is_empty()
+    }));
+}
+
+/// The abstract notify socket process `pid` was given (`NOTIFY_SOCKET=@…`).
+fn notify_socket_of(pid: i32) -> std::os::unix::net::SocketAddr {
+    use std::os::linux::net::SocketAddrExt;
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let name = environ
+        .split(|b| *b == 0)
+        .find_map(|v| v.strip_prefix(b"NOTIFY_SOCKET=@"))
+        .expect("the worker has a NOTIFY_SOCKET");
+    std::os::unix::net::SocketAddr::from_abstract_name(name).unwrap()
+}
+
+#[test]
+fn a_watchdog_cannot_be_fed_through_mainpid_by_another_process() {
+    let yaml = r#"
+apps:
+  silent:
+    command: sleep 1000
+    ready: none
+    watchdog: 1s
+"#;
+    let mut s = Supervised::start(yaml);
+    let pid = s.wait_event("spawned", "silent")["pid"].as_i64().unwrap() as i32;
+    s.wait_event("ready", "silent");
+    let socket = notify_socket_of(pid);
+    let outsider = std::os::unix::net::UnixDatagram::unbound().unwrap();
+    let started = Instant::now();
+    // Pings that name the worker, from outside its group: not its own.
+    while started.elapsed() < Duration::from_millis(1500) {
+        let ping = format!("MAINPID={pid}\nWATCHDOG=1");
+        let _ = outsider.send_to_addr(ping.as_bytes(), &socket);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let missed = s.wait_event("watchdog_missed", "silent");
+    assert_eq!(missed["pid"], pid);
+    assert_eq!(missed["triggered"], false, "{missed}");
+    assert!(
+        started.elapsed() < Duration::from_millis(2500),
+        "the silent worker was kept alive by another process's pings"
+    );
 }

@@ -91,8 +91,8 @@ pub struct WorkerStatus {
     /// Its app's `max_memory` (bytes).
     #[serde(default)]
     pub memory_limit_bytes: Option<u64>,
-    /// Seconds since its last `WATCHDOG=1` (since ready before the first),
-    /// with `watchdog`.
+    /// Seconds since its last `WATCHDOG=1`, while it is ready (with
+    /// `watchdog`, once it pinged).
     #[serde(default)]
     pub watchdog_ping_s: Option<f64>,
     /// Being replaced while it serves: `unhealthy`, `over max_memory`.

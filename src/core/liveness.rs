@@ -5,12 +5,14 @@
 //! watchdog deadline passed ([`super::reconcile`]'s `watch`); the answers
 //! (a check's result, a memory measurement, a `WATCHDOG=` message) come in
 //! as inputs. An instance found broken is *condemned*:
-//! - where it can be replaced first — the app is not rolling out a new
-//!   generation, and the restart policy allows another start — it keeps
-//!   serving, marked [`Recycle`](super::worker::Recycle), while reconcile
-//!   starts its replacement within `max_surge` and stops it once the new one
-//!   is ready (with `max_surge: 0`, stop first); the restart counts
-//!   (backoff, `max_restarts`);
+//! - where it can be replaced first — `max_surge` leaves room, readiness is
+//!   not a per-slot probe (the broken one would answer it), the app is not
+//!   rolling out a new generation, and the restart policy allows another
+//!   start — it keeps serving, marked [`Recycle`](super::worker::Recycle),
+//!   while reconcile starts its replacement and stops it once the new one is
+//!   ready; should the replacement's run fail (it could not bind the slot's
+//!   port, say), the broken one stops then, and the replacement restarts
+//!   with backoff. The restart counts (backoff, `max_restarts`);
 //! - otherwise it is stopped and its run ends as failed, which the restart
 //!   policy decides about — and which, for a replacement of a rollout,
 //!   halts that rollout as any failed replacement does.
@@ -23,8 +25,11 @@ use std::time::{Duration, Instant};
 
 use super::reconcile::StopReason;
 use super::worker::{AfterStop, CheckVerdict, Outcome, Verdict, WorkerId};
-use super::{Action, CheckOrder, CheckTarget, Core, Event, Instance, StopHow, WatchdogMessage};
-use crate::spec::HealthCheck;
+use super::{
+    Action, CheckOrder, CheckTarget, Core, Event, Instance, MEMORY_ANSWER_LOST, StopHow,
+    WatchdogMessage,
+};
+use crate::spec::{HealthCheck, Readiness};
 
 impl Core {
     /// Whether any app has a memory limit (the measuring timer runs).
@@ -151,18 +156,26 @@ impl Core {
         }
     }
 
+    /// When memory is to be measured next, if any app has a limit: at
+    /// `memory_due`, but never while a measurement is out (unless its
+    /// answer is lost).
+    pub(super) fn memory_wake(&self) -> Option<Instant> {
+        if !self.watches_memory() {
+            return None;
+        }
+        Some(match self.measuring {
+            Some(since) => self.memory_due.max(since + MEMORY_ANSWER_LOST),
+            None => self.memory_due,
+        })
+    }
+
     /// Time to measure memory: order it for every running instance of an
-    /// app with `max_memory`. While one is out the next waits a period more
-    /// (never two at once, but an answer that never comes is not waited
-    /// for forever).
+    /// app with `max_memory`, one measurement at a time.
     pub(super) fn measure_memory(&mut self, now: Instant) {
-        if now < self.memory_due || !self.watches_memory() {
+        if self.memory_wake().is_none_or(|at| now < at) {
             return;
         }
         self.memory_due = now + self.desired.memory_check;
-        if std::mem::take(&mut self.measuring) {
-            return;
-        }
         let pids: Vec<i32> = self
             .apps
             .values()
@@ -172,7 +185,7 @@ impl Core {
             .filter_map(|w| w.state.pid())
             .collect();
         if !pids.is_empty() {
-            self.measuring = true;
+            self.measuring = Some(now);
             self.emit(Action::MeasureMemory { pids });
         }
     }
@@ -180,7 +193,12 @@ impl Core {
     /// What the instances used: over the limit, a ready one is replaced and
     /// a starting one is stopped as a failed start.
     pub(super) fn memory_measured(&mut self, usage: Vec<(i32, u64)>, now: Instant) {
-        self.measuring = false;
+        self.measuring = None;
+        // A measurement that took longer than a period: the next one a
+        // period from now, not at once.
+        if self.memory_due <= now {
+            self.memory_due = now + self.desired.memory_check;
+        }
         for (pid, bytes) in usage {
             let Some((app, id)) = self.by_pid(pid) else {
                 continue;
@@ -280,20 +298,25 @@ impl Core {
         // During a rollout (or after a halted one) nothing replaces one
         // instance on its own: a broken replacement is a failed one.
         let rolling = app.rollout_halted || app.workers.values().any(|w| w.generation < generation);
+        // Replacing first needs room (`max_surge`), and a readiness that
+        // cannot be given by the broken one: a per-slot probe would be
+        // answered by it (the slot's port is its), so it stops first.
+        let room = app.spec.reload.max_surge > 0 && !matches!(app.spec.ready, Readiness::Probe(_));
         let Some(worker) = app.workers.get_mut(&id) else {
             return;
         };
         let Some(pid) = worker.state.pid() else {
             return;
         };
-        let verdict = if worker.state.is_ready() && worker.generation == generation && !rolling {
-            match worker.condemn(outcome, now, &rules) {
-                Ok(verdict) => verdict,
-                Err(refused) => return self.ignored(refused),
-            }
-        } else {
-            Verdict::Stop
-        };
+        let verdict =
+            if worker.state.is_ready() && worker.generation == generation && !rolling && room {
+                match worker.condemn(outcome, now, &rules) {
+                    Ok(verdict) => verdict,
+                    Err(refused) => return self.ignored(refused),
+                }
+            } else {
+                Verdict::Stop
+            };
         match verdict {
             Verdict::Replace { attempt, delay } => {
                 app.dirty = true;

@@ -49,6 +49,10 @@ pub const FULL_PASS_INTERVAL: Duration = Duration::from_secs(10);
 pub const MAX_PASSES: usize = 64;
 /// How soon an app that did not settle within [`MAX_PASSES`] is looked at again.
 const UNSETTLED_RETRY: Duration = Duration::from_millis(50);
+/// A memory measurement not answered within this is taken as lost, and
+/// another is ordered (a bug guard: the blocking thread answers in
+/// milliseconds).
+pub const MEMORY_ANSWER_LOST: Duration = Duration::from_secs(60);
 /// Processes started per turn of the loop ([`Core::begin_turn`]). A spawn
 /// takes about a millisecond: a scale-up of thousands goes on in turns of
 /// this many, and signals, control requests and exits are handled between
@@ -243,9 +247,8 @@ pub struct Core {
     spawn_budget: usize,
     /// When the memory of instances with `max_memory` is measured next.
     memory_due: Instant,
-    /// A measurement is out, not answered yet (the next is due at
-    /// `memory_due` all the same: an answer lost is not waited for).
-    measuring: bool,
+    /// Since when a measurement is out, not answered yet: never two at once.
+    measuring: Option<Instant>,
 }
 
 impl Core {
@@ -272,7 +275,7 @@ impl Core {
             outbox: Vec::new(),
             spawn_budget: SPAWNS_PER_TURN,
             memory_due: now + desired.memory_check,
-            measuring: false,
+            measuring: None,
         }
     }
 
@@ -331,7 +334,7 @@ impl Core {
 
     /// When the core wants a [`Input::Tick`] at the latest.
     pub fn next_wake(&self) -> Instant {
-        let memory = self.watches_memory().then_some(self.memory_due);
+        let memory = self.memory_wake();
         self.apps
             .values()
             .filter_map(|a| a.wake_at)

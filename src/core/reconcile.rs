@@ -33,9 +33,8 @@
 //!   outdated worker is stopped first and the new ones start once all are gone;
 //! - a worker being recycled (unhealthy, over `max_memory`: the core marks
 //!   it) is replaced like an outdated one, within the same bounds, but its
-//!   replacement failing halts nothing — it restarts with backoff while the
-//!   recycled one serves, and if it gives up (`max_restarts`), the recycled
-//!   one is stopped too;
+//!   replacement failing halts nothing — the recycled one is stopped then,
+//!   and the replacement restarts with backoff;
 //! - a ready worker's liveness check is due `health.every` after the last
 //!   one started (the first one `every` after ready), and fails when not
 //!   answered within `health.timeout`; its watchdog deadline passing is a
@@ -328,9 +327,10 @@ pub fn reconcile(target: Target<'_>, workers: &Workers, now: Instant) -> Plan {
                 continue;
             }
             drive(worker, spec, now, !rolling || occupied <= limit, &mut plan);
-            if matches!(worker.state, State::Failed | State::Exited) {
-                // The replacement of a recycled worker gave up: the broken
-                // one does not serve on alone.
+            if worker.last_outcome.is_some() && !worker.state.is_running() {
+                // The replacement of a recycled worker failed (gave up, or
+                // backs off): the broken one does not serve on beside it —
+                // it may hold what the replacement needs, its port say.
                 for old in outdated.iter().filter(|w| w.recycle.is_some()) {
                     ready = ready.saturating_sub(usize::from(retire(old, &mut plan)));
                 }

@@ -157,28 +157,6 @@ impl Groups {
         }
     }
 
-    /// Where a helper of instance `pgid` goes (an `exec` health check): into
-    /// its cgroup, carrying its token, so that it is accounted, stopped and
-    /// cleaned up with the instance. `None` for an instance we do not know.
-    pub fn beside(&self, pgid: i32) -> Option<std::io::Result<Placement>> {
-        let group = self.groups.get(&pgid)?;
-        let cgroup = match &group.cgroup {
-            Some(path) => match std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
-                .open(path)
-            {
-                Ok(dir) => Some((path.clone(), OwnedFd::from(dir))),
-                Err(error) => return Some(Err(error)),
-            },
-            None => None,
-        };
-        Some(Ok(Placement {
-            cgroup,
-            token: group.token.clone(),
-        }))
-    }
-
     /// The process placed by `placement` started: its leader is `pgid`.
     pub fn started(&mut self, pgid: i32, placement: Placement) {
         let cgroup = placement.cgroup.map(|(path, _)| path);
@@ -200,10 +178,11 @@ impl Groups {
         );
     }
 
-    /// The process placed by `placement` did not start — or a spawner that
-    /// was killed mid-request may have started it: kill whatever is in its
-    /// cgroup, or carries its token, and remove the cgroup once empty.
-    pub fn not_started(&mut self, placement: Placement) {
+    /// The process placed by `placement` is done with: it did not start (a
+    /// spawner killed mid-request may have started it all the same), or it
+    /// was an `exec` health check that ended. Kill whatever is in its cgroup
+    /// or carries its token, and remove the cgroup once empty.
+    pub fn discard(&mut self, placement: Placement) {
         if let Some((path, _)) = placement.cgroup {
             if cgroup::populated(&path) {
                 let _ = cgroup::kill(&path);

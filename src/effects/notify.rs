@@ -39,8 +39,6 @@ pub struct Notification {
     pub sender_uid: u32,
     /// The sender's process group, read from /proc when the datagram arrived.
     pub sender_pgid: Option<i32>,
-    /// `MAINPID=` in the message, if any.
-    pub main_pid: Option<i32>,
     pub ready: bool,
     pub stopping: bool,
     pub status: Option<String>,
@@ -56,7 +54,6 @@ pub struct Message {
     pub ready: bool,
     pub stopping: bool,
     pub status: Option<String>,
-    pub main_pid: Option<i32>,
     pub watchdog: Option<WatchdogMessage>,
     pub extend_timeout: Option<Duration>,
 }
@@ -72,7 +69,6 @@ pub fn parse_message(bytes: &[u8]) -> Option<Message> {
             "READY" => message.ready |= value == "1",
             "STOPPING" => message.stopping |= value == "1",
             "STATUS" => message.status = Some(value.chars().take(MAX_STATUS_CHARS).collect()),
-            "MAINPID" => message.main_pid = value.parse().ok(),
             "WATCHDOG" => {
                 message.watchdog = match value {
                     "1" => Some(WatchdogMessage::Ping),
@@ -230,7 +226,6 @@ fn receive(fd: RawFd, buffer: &mut [u8]) -> io::Result<Option<Notification>> {
         sender_pid: credentials.pid,
         sender_uid: credentials.uid,
         sender_pgid: procfs::pgrp(credentials.pid),
-        main_pid: message.main_pid,
         ready: message.ready,
         stopping: message.stopping,
         status: message.status,
@@ -264,7 +259,6 @@ mod tests {
             parse_message(b"MAINPID=42\nREADY=1\nX_CUSTOM=7"),
             Some(Message {
                 ready: true,
-                main_pid: Some(42),
                 ..Message::default()
             })
         );

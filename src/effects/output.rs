@@ -344,27 +344,6 @@ pub async fn pump(
     splitter.finish(&mut emit);
 }
 
-/// Read a pipe until EOF and drop what comes (an `exec` health check's
-/// output: it must never block on a full pipe, and its exit code is what
-/// counts).
-pub async fn discard(fd: OwnedFd) {
-    let Ok(pipe) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
-        return;
-    };
-    loop {
-        if pipe.readable().await.is_err() {
-            return;
-        }
-        let read = CHUNK.with_borrow_mut(|chunk| pipe.try_read(chunk));
-        match read {
-            Ok(0) => return,
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(_) => return,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -89,9 +89,12 @@ async fn http_status(address: &SocketAddr, path: &str) -> std::io::Result<Vec<u8
 fn describe_status(answer: &[u8]) -> String {
     let line = answer.split(|b| *b == b'\n').next().unwrap_or_default();
     let line = String::from_utf8_lossy(line);
-    let mut words = line.split_whitespace();
+    // Split as `status_is_2xx` does: one space between the fields.
+    let mut words = line.trim_end().split(' ');
     match (words.next(), words.next()) {
-        (Some(version), Some(code)) if version.starts_with("HTTP/") => format!("HTTP {code}"),
+        (Some(version), Some(code)) if version.starts_with("HTTP/") && !code.is_empty() => {
+            format!("HTTP {}", code.chars().take(12).collect::<String>())
+        }
         _ if line.trim().is_empty() => "an empty answer".to_string(),
         _ => format!(
             "not an HTTP answer: {:?}",

@@ -72,6 +72,8 @@ struct CheckProcess {
     check: u64,
     /// Its exec-status pipe: why it could not run, if it could not.
     status: OwnedFd,
+    /// Its own cgroup or token: what it leaves behind is killed with it.
+    placement: super::groups::Placement,
     /// Cancelled (timed out, or its worker stops): killed, and not answered.
     cancelled: bool,
 }
@@ -238,9 +240,10 @@ impl System {
         }
     }
 
-    /// Start the process of an `exec` check in its worker's cgroup (or with
-    /// its token), in a process group of its own; its output is read and
-    /// dropped.
+    /// Start the process of an `exec` check: as the worker (its cwd,
+    /// environment and user), in a process group and a cgroup (or with a
+    /// token) of its own — so it neither counts toward the instance's
+    /// memory nor leaves anything behind — with its output on /dev/null.
     fn start_check_process(
         &mut self,
         order: &CheckOrder,
@@ -255,11 +258,10 @@ impl System {
             watchdog: None,
             ..definition.clone()
         };
-        let placement = match self.groups.beside(order.pid) {
-            Some(Ok(placement)) => placement,
-            Some(Err(error)) => return Err(format!("cannot open the instance's cgroup: {error}")),
-            None => return Err("the instance is gone".into()),
-        };
+        let placement = self
+            .groups
+            .place(&order.app, order.slot)
+            .map_err(|e| format!("cannot create the check's cgroup: {e}"))?;
         let request = SpawnRequest {
             app: &order.app,
             slot: order.slot,
@@ -273,37 +275,39 @@ impl System {
             run_token: placement.token.as_deref(),
         };
         let cgroup = placement.cgroup.as_ref().map(|(_, fd)| fd.as_raw_fd());
-        let spawned = spawn::spawn(&request, &mut self.setup.spawner, cgroup)
-            .map_err(|e| format!("cannot start the check: {e}"))?;
-        for fd in [spawned.stdout, spawned.stderr] {
-            tokio::spawn(output::discard(fd));
+        match spawn::spawn_quiet(&request, &mut self.setup.spawner, cgroup) {
+            Ok((pid, status)) => {
+                let check = CheckProcess {
+                    worker: order.pid,
+                    check: order.check,
+                    status,
+                    placement,
+                    cancelled: false,
+                };
+                self.check_processes.insert(pid, check);
+                Ok(pid)
+            }
+            Err(error) => {
+                self.groups.discard(placement);
+                Err(format!("cannot start the check: {error}"))
+            }
         }
-        self.check_processes.insert(
-            spawned.pid,
-            CheckProcess {
-                worker: order.pid,
-                check: order.check,
-                status: spawned.exec_status,
-                cancelled: false,
-            },
-        );
-        Ok(spawned.pid)
     }
 
     /// The process of an `exec` check was reaped: its answer, unless it
     /// was cancelled.
-    fn check_process_ended(&mut self, process: CheckProcess, exit: Exit) {
-        if self
-            .checks
-            .get(&process.worker)
-            .is_some_and(|c| matches!(c, RunningCheck::Process(_)))
-        {
+    fn check_process_ended(&mut self, pid: i32, process: CheckProcess, exit: Exit) {
+        // Only if it is still this process that runs for the worker: one
+        // killed at its timeout may be reaped after the next check started.
+        if matches!(self.checks.get(&process.worker), Some(RunningCheck::Process(p)) if *p == pid) {
             self.checks.remove(&process.worker);
         }
+        let status = spawn::read_status(&process.status);
+        self.groups.discard(process.placement);
         if process.cancelled {
             return;
         }
-        let (passed, detail) = match (spawn::read_status(&process.status), exit) {
+        let (passed, detail) = match (status, exit) {
             (ExecStatus::Failed(error), _) => (false, format!("could not run: {error}")),
             (_, Exit::Code(0)) => (true, String::new()),
             (_, exit) => (false, exit.to_string()),
@@ -378,7 +382,7 @@ impl Effects for System {
         let spawned = match spawn::spawn(&request, &mut self.setup.spawner, cgroup) {
             Ok(spawned) => spawned,
             Err(e) => {
-                self.groups.not_started(placement);
+                self.groups.discard(placement);
                 return Err(SpawnFailure {
                     error: e.start_error(),
                     detail: e.to_string(),
@@ -456,7 +460,7 @@ impl Effects for System {
                 continue;
             }
             if let Some(process) = self.check_processes.remove(&pid) {
-                self.check_process_ended(process, exit);
+                self.check_process_ended(pid, process, exit);
                 self.groups.reaped();
                 continue;
             }

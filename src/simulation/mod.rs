@@ -294,7 +294,6 @@ impl World {
             sender_pid: pid,
             sender_uid: uid,
             sender_pgid: Some(pid),
-            main_pid: None,
             ready,
             stopping: false,
             status: Some("serving".into()),

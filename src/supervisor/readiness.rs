@@ -44,14 +44,13 @@ impl<E: Effects> Supervisor<E> {
     }
 
     pub(super) fn notified(&mut self, notification: Notification, now: Instant) {
-        let leader = [
-            notification.sender_pgid,
-            Some(notification.sender_pid),
-            notification.main_pid,
-        ]
-        .into_iter()
-        .flatten()
-        .find(|pid| self.core.worker_of(*pid).is_some());
+        // By the sender's process group or pid, as the kernel tells them:
+        // never by `MAINPID=`, which anyone of the same uid could write
+        // to speak for another instance.
+        let leader = [notification.sender_pgid, Some(notification.sender_pid)]
+            .into_iter()
+            .flatten()
+            .find(|pid| self.core.worker_of(*pid).is_some());
         let Some(leader) = leader else {
             tracing::debug!(
                 pid = notification.sender_pid,

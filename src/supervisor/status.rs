@@ -48,10 +48,11 @@ impl<E: Effects> Supervisor<E> {
                             status: w.status_text.clone(),
                             health: app.spec.health.as_ref().map(|h| health(w, h.failures)),
                             memory_limit_bytes: app.spec.max_memory,
-                            watchdog_ping_s: w.watchdog.map(|dog| {
-                                let since = dog.last_ping.unwrap_or(dog.deadline - dog.period);
-                                now.saturating_duration_since(since).as_secs_f64()
-                            }),
+                            watchdog_ping_s: w
+                                .watchdog
+                                .filter(|_| w.state.is_ready())
+                                .and_then(|dog| dog.last_ping)
+                                .map(|ping| now.saturating_duration_since(ping).as_secs_f64()),
                             replacing: w.recycle.map(|r| match r.outcome {
                                 Outcome::MemoryExceeded => "over max_memory".to_string(),
                                 _ => "unhealthy".to_string(),

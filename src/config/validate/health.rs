@@ -9,7 +9,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use super::ready::{ProbePurpose, ProbeTarget, parse_probe_target};
-use super::{AppContext, key, parse_non_negative_duration, parse_positive_duration};
+use super::{AppContext, key, parse_non_negative_duration, parse_positive_duration, within};
 use crate::config::diagnostic::{PathSeg, Reporter};
 use crate::config::raw;
 use crate::host::find_program;
@@ -43,7 +43,11 @@ impl AppContext<'_> {
         let every = timing(
             "every",
             |h| h.every.as_ref(),
-            parse_positive_duration,
+            |text, path, reporter| {
+                let every = parse_positive_duration(text, path, reporter)?;
+                let bounds = (defaults::MIN_HEALTH_EVERY, Duration::MAX);
+                within(every, bounds, "health.every", path, reporter)
+            },
             defaults::HEALTH_EVERY,
             reporter,
         );
@@ -246,7 +250,10 @@ impl AppContext<'_> {
 
     /// `watchdog`: how often a ready instance must send `WATCHDOG=1`.
     pub(super) fn resolve_watchdog(&self, reporter: &mut Reporter) -> Option<Duration> {
-        self.duration("watchdog", |f| f.watchdog.as_ref(), reporter)
+        let (text, path) = self.pick("watchdog", |f| f.watchdog.as_ref())?;
+        let watchdog = parse_positive_duration(&text, &path, reporter)?;
+        let bounds = (defaults::MIN_WATCHDOG, defaults::MAX_WATCHDOG);
+        within(watchdog, bounds, "watchdog", &path, reporter)
     }
 
     /// `watchdog_signal`, with a warning where it is set for an app that has

@@ -98,7 +98,13 @@ pub fn resolve(
     }
     listen::check_listen_clashes(file, &listeners, reporter);
     let memory_check = match &file.memory_check {
-        Some(text) => parse_positive_duration(text, &[key("memory_check")], reporter),
+        Some(text) => {
+            let path = [key("memory_check")];
+            parse_positive_duration(text, &path, reporter).and_then(|d| {
+                let bounds = (defaults::MIN_MEMORY_CHECK, Duration::MAX);
+                within(d, bounds, "memory_check", &path, reporter)
+            })
+        }
         None => Some(defaults::MEMORY_CHECK),
     };
     if reporter.has_errors() {
@@ -282,6 +288,30 @@ impl AppContext<'_> {
 /// resolving it would need the file system, and symlinks make it ambiguous).
 fn join_clean(folder: &Path, path: &str) -> PathBuf {
     folder.join(path).components().collect()
+}
+
+/// `duration` if it is within `min..=max`, else an error at `path`.
+fn within(
+    duration: Duration,
+    (min, max): (Duration, Duration),
+    field: &str,
+    path: &[PathSeg],
+    reporter: &mut Reporter,
+) -> Option<Duration> {
+    let show = |d: Duration| humantime::format_duration(d).to_string();
+    if duration < min {
+        reporter
+            .error(path, format!("{field} must be at least {}", show(min)))
+            .help(format!("write {} or more", show(min)));
+        return None;
+    }
+    if duration > max {
+        reporter
+            .error(path, format!("{field} must be at most {}", show(max)))
+            .help(format!("write {} or less", show(max)));
+        return None;
+    }
+    Some(duration)
 }
 
 fn parse_positive_duration(

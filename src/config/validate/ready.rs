@@ -221,7 +221,9 @@ fn parse_tcp_target(text: &str) -> Result<SocketAddr, String> {
 /// `http://HOST:PORT/path` → the address to connect to and the request path.
 pub fn parse_http_url(text: &str) -> Result<(SocketAddr, String), String> {
     let rest = text
-        .strip_prefix("http://")
+        .get(..7)
+        .filter(|scheme| scheme.eq_ignore_ascii_case("http://"))
+        .map(|_| &text[7..])
         .ok_or_else(|| "only http:// URLs can be probed".to_string())?;
     let (authority, path) = match rest.find('/') {
         Some(index) => (&rest[..index], &rest[index..]),
@@ -235,6 +237,13 @@ pub fn parse_http_url(text: &str) -> Result<(SocketAddr, String), String> {
     let address = parse_host_port(&with_port)?;
     if address.port() == 0 {
         return Err("port 0 cannot be probed".into());
+    }
+    // The path goes into the request line as written: nothing that would
+    // end it or add a header.
+    if let Some(bad) = path.chars().find(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "the path contains {bad:?}; write spaces and control characters as %20, %0D …"
+        ));
     }
     Ok((address, path.to_string()))
 }
@@ -253,6 +262,12 @@ mod tests {
             "[::1]:80".parse().unwrap()
         );
         assert!(parse_http_url("https://127.0.0.1/").is_err());
+        assert_eq!(
+            parse_http_url("HTTP://127.0.0.1:8080/").unwrap().0,
+            "127.0.0.1:8080".parse().unwrap()
+        );
+        assert!(parse_http_url("http://127.0.0.1:8080/x\r\nX-Injected: 1").is_err());
+        assert!(parse_http_url("http://127.0.0.1:8080/a b").is_err());
         assert!(parse_http_url("http://127.0.0.1:0/").is_err());
         assert!(parse_tcp_target("127.0.0.1:0").is_err());
         assert!(parse_tcp_target("127.0.0.1:80").is_ok());

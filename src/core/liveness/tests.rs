@@ -267,7 +267,7 @@ fn checks_never_overlap_and_one_unanswered_fails_at_its_timeout() {
 }
 
 #[test]
-fn with_max_surge_zero_the_unhealthy_instance_stops_first() {
+fn with_max_surge_zero_the_unhealthy_instance_stops_first_and_restarts_with_backoff() {
     let mut spec = app(2);
     spec.health = Some(health(1, Duration::ZERO));
     spec.reload = ReloadLimits {
@@ -275,17 +275,82 @@ fn with_max_surge_zero_the_unhealthy_instance_stops_first() {
         max_unavailable: 1,
     };
     let mut shell = Shell::new(spec);
+    for round in 1..=3u32 {
+        shell.advance(Duration::from_secs(1));
+        let at = shell.checks.iter().position(|c| c.slot == 0).unwrap();
+        let order = shell.checks.remove(at);
+        shell.checks.clear();
+        let answer = Input::Checked {
+            pid: order.pid,
+            check: order.check,
+            passed: false,
+            detail: "HTTP 500".into(),
+        };
+        shell.core.input(answer, shell.now);
+        shell.settle();
+        let stopped = shell.stop_reasons().last().copied().unwrap();
+        assert_eq!(stopped, (order.pid, StopReason::Unhealthy, Signal::SIGTERM));
+        shell.gone(order.pid, 0);
+        let app = shell.core.app("web").unwrap();
+        let slot0 = app.workers.values().find(|w| w.slot == 0).unwrap();
+        assert_eq!((slot0.state.name(), slot0.restarts), ("backoff", round));
+        // The backoff doubles: 100, 200, 400 ms.
+        let delay = Duration::from_millis(100 << (round - 1));
+        shell.advance(delay - Duration::from_millis(1));
+        assert_eq!(shell.workers()[0].1, "backoff");
+        shell.advance(Duration::from_millis(1));
+        assert_eq!(shell.workers()[0].1, "ready");
+    }
+}
+
+#[test]
+fn a_readiness_probe_per_slot_makes_a_recycle_stop_first() {
+    let mut spec = app(1);
+    spec.health = Some(health(1, Duration::ZERO));
+    spec.ready = Readiness::Probe(match health(1, Duration::ZERO).check {
+        HealthCheck::Probe(probe) => probe,
+        HealthCheck::Exec(_) => unreachable!(),
+    });
+    let mut shell = Shell::new(spec);
+    let probe = Input::ProbeSucceeded { pid: 100 };
+    shell.core.input(probe, shell.now);
+    shell.settle();
     shell.advance(Duration::from_secs(1));
-    let first = shell.checks[0].pid;
     shell.answer(false);
     assert_eq!(
         shell.stop_reasons(),
-        [(first, StopReason::Recycled, Signal::SIGTERM)]
+        [(100, StopReason::Unhealthy, Signal::SIGTERM)],
+        "the old one would answer its replacement's probe"
     );
-    shell.gone(first, 0);
+    assert_eq!(shell.count(|e| matches!(e, Event::Recycling { .. })), 0);
+}
+
+#[test]
+fn a_replacement_that_fails_stops_the_broken_one_and_restarts_with_backoff() {
+    let mut spec = app(1);
+    spec.health = Some(health(1, Duration::ZERO));
+    spec.ready = Readiness::Delay(Duration::from_millis(500));
+    let mut shell = Shell::new(spec);
+    shell.advance(Duration::from_millis(500));
+    shell.advance(Duration::from_secs(1));
+    shell.answer(false);
     shell.advance(Duration::from_millis(100));
-    let states: Vec<&str> = shell.workers().iter().map(|w| w.1).collect();
-    assert_eq!(states, ["ready", "ready"]);
+    assert_eq!(shell.workers()[1], (Some(101), "starting"));
+    assert!(shell.stop_reasons().is_empty());
+    // The replacement could not bind the port the broken one holds.
+    let exited = Input::Exited {
+        pid: 101,
+        exit: crate::core::worker::Exit::Code(1),
+        start_error: None,
+    };
+    shell.core.input(exited, shell.now);
+    shell.settle();
+    assert_eq!(
+        shell.stop_reasons(),
+        [(100, StopReason::Recycled, Signal::SIGTERM)]
+    );
+    shell.gone(100, 0);
+    assert_eq!(shell.workers(), [(None, "backoff")]);
 }
 
 #[test]
@@ -493,4 +558,22 @@ fn extend_timeout_moves_the_ready_deadline_while_starting() {
         app.workers.values().next().unwrap().state,
         State::Stopping { .. }
     ));
+}
+
+#[test]
+fn memory_is_measured_once_at_a_time_and_a_lost_answer_is_not_waited_for_forever() {
+    let mut spec = app(1);
+    spec.max_memory = Some(1000);
+    let mut shell = Shell::new(spec);
+    shell.advance(Duration::from_secs(5));
+    assert!(shell.measuring.take().is_some());
+    // Unanswered: nothing more, however many periods pass…
+    for _ in 0..11 {
+        shell.advance(Duration::from_secs(5));
+        assert_eq!(shell.measuring, None);
+    }
+    // …until the answer counts as lost.
+    shell.advance(Duration::from_secs(5));
+    assert!(shell.measuring.is_some());
+    assert!(shell.core.next_wake() > shell.now, "no busy loop meanwhile");
 }

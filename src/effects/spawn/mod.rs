@@ -275,33 +275,57 @@ pub fn spawn(
     spawner: &mut Spawner,
     cgroup: Option<RawFd>,
 ) -> Result<Spawned, SpawnError> {
-    let launch = Launch::from_request(request)?;
     let (stdout_read, stdout_write) = pipe()?;
     let (stderr_read, stderr_write) = pipe()?;
+    let output = [stdout_write.as_raw_fd(), stderr_write.as_raw_fd()];
+    let (pid, exec_status) = start(request, spawner, cgroup, output)?;
+    Ok(Spawned {
+        pid,
+        stdout: stdout_read,
+        stderr: stderr_read,
+        exec_status,
+    })
+}
+
+/// Like [`spawn`], with stdout and stderr on `/dev/null` (an `exec` health
+/// check: only its exit code counts). The pid and its exec-status pipe.
+pub fn spawn_quiet(
+    request: &SpawnRequest,
+    spawner: &mut Spawner,
+    cgroup: Option<RawFd>,
+) -> Result<(i32, OwnedFd), SpawnError> {
+    let devnull = spawner.devnull();
+    start(request, spawner, cgroup, [devnull, devnull])
+}
+
+/// Start the process with `output` as its fds 1 and 2: its pid and the
+/// read end of its exec-status pipe.
+fn start(
+    request: &SpawnRequest,
+    spawner: &mut Spawner,
+    cgroup: Option<RawFd>,
+    output: [RawFd; 2],
+) -> Result<(i32, OwnedFd), SpawnError> {
+    let launch = Launch::from_request(request)?;
     let (status_read, status_write) = pipe()?;
     let mut fds = vec![
         spawner.devnull(),
-        stdout_write.as_raw_fd(),
-        stderr_write.as_raw_fd(),
+        output[0],
+        output[1],
         status_write.as_raw_fd(),
     ];
     fds.extend(cgroup);
     fds.extend_from_slice(request.listen_fds);
     let pid = spawner.spawn(&launch, &fds, cgroup.is_some())?;
-    // The worker leads its own group; doing it here as well means a killpg
+    // The process leads its own group; doing it here as well means a killpg
     // sent right after this returns cannot miss the group. EACCES (it
     // already exec'd) and ESRCH (already gone) are fine.
     // SAFETY: setpgid on our own child (the spawner forks with CLONE_PARENT).
     unsafe {
         libc::setpgid(pid, pid);
     }
-    drop((stdout_write, stderr_write, status_write));
-    Ok(Spawned {
-        pid,
-        stdout: stdout_read,
-        stderr: stderr_read,
-        exec_status: status_read,
-    })
+    drop(status_write);
+    Ok((pid, status_read))
 }
 
 /// What an exec-status pipe says.
