@@ -201,8 +201,15 @@ pub fn reconcile(target: Target<'_>, workers: &Workers, now: Instant) -> Plan {
         wind_down(workers, &mut plan);
         return plan;
     }
+    let before = plan.steps.len();
     for worker in workers.values() {
         watch(worker, target.spec, now, &mut plan);
+    }
+    if plan.steps.len() > before {
+        // Checks, their timeouts and missed watchdogs first, alone: what
+        // they decide (a stop, a recycle) is seen by the next pass, which
+        // then plans the rest without a second step for the same worker.
+        return plan;
     }
 
     let spec = target.spec;
@@ -327,7 +334,7 @@ pub fn reconcile(target: Target<'_>, workers: &Workers, now: Instant) -> Plan {
                 continue;
             }
             drive(worker, spec, now, !rolling || occupied <= limit, &mut plan);
-            if worker.last_outcome.is_some() && !worker.state.is_running() {
+            if !halted && worker.last_outcome.is_some() && !worker.state.is_running() {
                 // The replacement of a recycled worker failed (gave up, or
                 // backs off): the broken one does not serve on beside it —
                 // it may hold what the replacement needs, its port say.
