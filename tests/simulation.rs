@@ -778,10 +778,11 @@ fn found_seeds_past_100000_a_halted_rollout_keeps_one_worker_per_slot() {
 /// slot's only worker be stopped below `max_unavailable` (82515); a
 /// watchdog due before the quiet time was not counted as a fault (108011:
 /// the simulation's bookkeeping); a started held slot left `N + max_surge`
-/// full of pending replacements, and nothing could start (179182).
+/// full of pending replacements, and nothing could start (179182); a missed
+/// watchdog and a retirement of the same worker in one plan (466).
 #[test]
 fn found_by_the_liveness_seeds() {
-    for seed in [250, 319, 7_530, 12_967, 82_515, 108_011, 179_182] {
+    for seed in [250, 319, 466, 7_530, 12_967, 82_515, 108_011, 179_182] {
         check_seed(seed);
     }
 }
