@@ -311,12 +311,15 @@ impl ListenAddress {
         }
     }
 
-    /// Would a connection to `target` reach this listener?
+    /// Would a connection to `target` reach this listener? (A connection
+    /// to `0.0.0.0` or `::` goes to this host, as Linux does it.)
     pub fn covers(&self, target: &SocketAddr) -> bool {
         match self {
             ListenAddress::Tcp(address) => {
                 address.port() == target.port()
-                    && (address.ip() == target.ip() || address.ip().is_unspecified())
+                    && (address.ip() == target.ip()
+                        || address.ip().is_unspecified()
+                        || target.ip().is_unspecified())
             }
             ListenAddress::Unix(_) => false,
         }
@@ -494,6 +497,15 @@ mod tests {
         assert!(Template::parse("{instance+}").is_err());
         assert!(Template::parse("{instance").is_err());
         assert!(Template::parse("{instances}").is_err());
+    }
+
+    #[test]
+    fn a_connection_to_any_address_reaches_a_listener_on_this_host() {
+        let listen = ListenAddress::Tcp("127.0.0.1:8000".parse().unwrap());
+        assert!(listen.covers(&"0.0.0.0:8000".parse().unwrap()));
+        assert!(listen.covers(&"127.0.0.1:8000".parse().unwrap()));
+        assert!(!listen.covers(&"127.0.0.2:8000".parse().unwrap()));
+        assert!(!listen.covers(&"0.0.0.0:8001".parse().unwrap()));
     }
 
     #[test]

@@ -123,15 +123,16 @@ impl Core {
                     }
                     worker.hold()
                 }
-                _ => {
-                    if !matches!(
-                        worker.state,
-                        State::Failed | State::Exited | State::Held | State::Backoff { .. }
-                    ) {
-                        continue;
+                _ => match worker.state {
+                    State::Stopping {
+                        then: AfterStop::Hold,
+                        ..
+                    } => worker.unhold(),
+                    State::Failed | State::Exited | State::Held | State::Backoff { .. } => {
+                        worker.revive()
                     }
-                    worker.revive()
-                }
+                    _ => continue,
+                },
             };
             match result {
                 Ok(()) => touched += 1,

@@ -152,3 +152,49 @@ fn shutdown_is_a_phase_commands_are_refused_and_nothing_starts() {
             .is_err()
     );
 }
+
+#[test]
+fn start_while_a_held_stop_is_in_flight_starts_it_again_once_stopped() {
+    let t0 = Instant::now();
+    let mut core = core_with(vec![AppSpec::with_defaults("web", &["server"], 1)], t0);
+    core.converge(t0);
+    let (app, id) = spawns(&core.take_actions()).remove(0);
+    core.input(Input::Spawned { app, id, pid: 300 }, t0);
+    core.input(Input::ExecSucceeded { pid: 300 }, t0);
+    core.converge(t0);
+    core.command(
+        Order::Hold {
+            target: "web".into(),
+        },
+        t0,
+    )
+    .unwrap();
+    core.converge(t0);
+    let reply = core
+        .command(
+            Order::Release {
+                target: "web".into(),
+            },
+            t0,
+        )
+        .unwrap();
+    assert!(
+        format!("{reply:?}").contains("start 1 instance"),
+        "{reply:?}"
+    );
+    core.take_actions();
+    let exited = Input::Exited {
+        pid: 300,
+        exit: crate::core::worker::Exit::Code(0),
+        start_error: None,
+    };
+    core.input(exited, t0);
+    core.input(Input::GroupEmpty { pgid: 300 }, t0);
+    core.converge(t0);
+    assert_eq!(
+        spawns(&core.take_actions()).len(),
+        1,
+        "started again, not held"
+    );
+    assert_eq!(core.anomalies(), 0);
+}

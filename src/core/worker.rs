@@ -353,6 +353,18 @@ impl Worker {
         }
     }
 
+    /// `supervise start` (or `restart`) while a held stop is in flight: the
+    /// worker starts again once it has stopped, instead of being held.
+    pub fn unhold(&mut self) -> Result<(), Refused> {
+        match &mut self.state {
+            State::Stopping { then, .. } if *then == AfterStop::Hold => {
+                *then = AfterStop::Restart;
+                Ok(())
+            }
+            _ => Err(self.refuse("unhold")),
+        }
+    }
+
     /// `supervise stop` on a worker without a process: hold it as it is.
     pub fn hold(&mut self) -> Result<(), Refused> {
         if self.state == State::Held {
