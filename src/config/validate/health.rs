@@ -9,7 +9,10 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use super::ready::{ProbePurpose, ProbeTarget, parse_probe_target};
-use super::{AppContext, key, parse_non_negative_duration, parse_positive_duration, within};
+use super::{
+    AppContext, command_templates, key, parse_non_negative_duration, parse_positive_duration,
+    within,
+};
 use crate::config::diagnostic::{PathSeg, Reporter};
 use crate::config::raw;
 use crate::host::find_program;
@@ -196,20 +199,7 @@ impl AppContext<'_> {
                 return None;
             }
         };
-        if words.iter().any(|w| w.contains('\0')) {
-            reporter.error(path, "the health `exec` command contains a NUL byte");
-            return None;
-        }
-        let mut argv = Vec::with_capacity(words.len());
-        for word in &words {
-            match Template::parse(word) {
-                Ok(template) => argv.push(template),
-                Err(error) => {
-                    reporter.error(path, error.0);
-                    return None;
-                }
-            }
-        }
+        let argv = command_templates(&words, "the health `exec` command", path, reporter)?;
         // A list names its program: look it up as the check will (from the
         // worker's cwd, along its PATH), so a typo does not fail every check.
         if let (raw::CommandLine::Argv(_), false, Some(cwd)) =

@@ -290,6 +290,31 @@ fn join_clean(folder: &Path, path: &str) -> PathBuf {
     folder.join(path).components().collect()
 }
 
+/// The words of a command as templates; an error at `path` (naming the
+/// command as `what`) when one holds a NUL byte or a bad placeholder.
+fn command_templates<S: AsRef<str>>(
+    words: &[S],
+    what: &str,
+    path: &[PathSeg],
+    reporter: &mut Reporter,
+) -> Option<Vec<crate::spec::Template>> {
+    if words.iter().any(|w| w.as_ref().contains('\0')) {
+        reporter.error(path, format!("{what} contains a NUL byte"));
+        return None;
+    }
+    let mut argv = Vec::with_capacity(words.len());
+    for word in words {
+        match crate::spec::Template::parse(word.as_ref()) {
+            Ok(template) => argv.push(template),
+            Err(error) => {
+                reporter.error(path, error.0);
+                return None;
+            }
+        }
+    }
+    Some(argv)
+}
+
 /// `duration` if it is within `min..=max`, else an error at `path`.
 fn within(
     duration: Duration,

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use indexmap::IndexMap;
 
-use super::{AppContext, RESERVED_ALWAYS, join_clean, key};
+use super::{AppContext, RESERVED_ALWAYS, command_templates, join_clean, key};
 use crate::config::diagnostic::Reporter;
 use crate::config::envfile;
 use crate::config::raw;
@@ -252,20 +252,7 @@ impl AppContext<'_> {
             reporter.error(&path, "`command` is empty");
             return None;
         }
-        if words.iter().any(|w| w.contains('\0')) {
-            reporter.error(&path, "`command` contains a NUL byte");
-            return None;
-        }
-        let mut argv = Vec::with_capacity(words.len());
-        for word in &words {
-            match Template::parse(word) {
-                Ok(template) => argv.push(template),
-                Err(error) => {
-                    reporter.error(&path, error.0);
-                    return None;
-                }
-            }
-        }
+        let argv = command_templates(&words, "`command`", &path, reporter)?;
         let mut program = None;
         // Without a valid cwd (already reported) a relative lookup means nothing.
         if let (false, false, false, Some(cwd)) =

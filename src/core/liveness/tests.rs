@@ -111,6 +111,10 @@ impl Shell {
 
     fn answer(&mut self, passed: bool) {
         let order = self.checks.remove(0);
+        self.answer_order(&order, passed);
+    }
+
+    fn answer_order(&mut self, order: &CheckOrder, passed: bool) {
         let answer = Input::Checked {
             pid: order.pid,
             check: order.check,
@@ -280,14 +284,7 @@ fn with_max_surge_zero_the_unhealthy_instance_stops_first_and_restarts_with_back
         let at = shell.checks.iter().position(|c| c.slot == 0).unwrap();
         let order = shell.checks.remove(at);
         shell.checks.clear();
-        let answer = Input::Checked {
-            pid: order.pid,
-            check: order.check,
-            passed: false,
-            detail: "HTTP 500".into(),
-        };
-        shell.core.input(answer, shell.now);
-        shell.settle();
+        shell.answer_order(&order, false);
         let stopped = shell.stop_reasons().last().copied().unwrap();
         assert_eq!(stopped, (order.pid, StopReason::Unhealthy, Signal::SIGTERM));
         shell.gone(order.pid, 0);
@@ -388,14 +385,7 @@ fn an_unhealthy_replacement_during_a_rollout_halts_it() {
         .position(|c| c.pid == replacement)
         .unwrap();
     let order = shell.checks.remove(at);
-    let answer = Input::Checked {
-        pid: order.pid,
-        check: order.check,
-        passed: false,
-        detail: "HTTP 500".into(),
-    };
-    shell.core.input(answer, shell.now);
-    shell.settle();
+    shell.answer_order(&order, false);
     assert!(
         shell
             .stop_reasons()
