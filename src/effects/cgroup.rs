@@ -162,12 +162,10 @@ pub fn enter(cgroup: &Path, pid: u32) -> io::Result<()> {
     std::fs::write(cgroup.join("cgroup.procs"), pid.to_string())
 }
 
-/// CPU time (µs) and memory (bytes, where the memory controller is on) of a
-/// cgroup, its descendants included.
-/// `memory` says whether the memory controller is on (see
-/// [`memory_enabled`]): without it there is no `memory.current` to read.
-pub fn usage(cgroup: &Path, memory: bool) -> (u64, Option<u64>) {
-    let cpu = std::fs::read_to_string(cgroup.join("cpu.stat"))
+/// CPU time (µs) of a cgroup, its descendants included (`cpu.stat`, there
+/// without the cpu controller).
+pub fn cpu_usec(cgroup: &Path) -> u64 {
+    std::fs::read_to_string(cgroup.join("cpu.stat"))
         .ok()
         .and_then(|stat| {
             stat.lines().find_map(|l| {
@@ -175,12 +173,15 @@ pub fn usage(cgroup: &Path, memory: bool) -> (u64, Option<u64>) {
                     .and_then(|v| v.trim().parse().ok())
             })
         })
-        .unwrap_or(0);
-    let memory = memory
-        .then(|| std::fs::read_to_string(cgroup.join("memory.current")).ok())
-        .flatten()
-        .and_then(|m| m.trim().parse().ok());
-    (cpu, memory)
+        .unwrap_or(0)
+}
+
+/// The memory (bytes) of a cgroup, its descendants included, where the
+/// memory controller is on ([`memory_enabled`]): `memory.current`.
+pub fn memory_current(cgroup: &Path) -> Option<u64> {
+    std::fs::read_to_string(cgroup.join("memory.current"))
+        .ok()
+        .and_then(|m| m.trim().parse().ok())
 }
 
 /// Whether the memory controller is on for the cgroups below `parent`.

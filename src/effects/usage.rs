@@ -25,7 +25,7 @@ fn memory_controller<'a>(mut cgroups: impl Iterator<Item = &'a Path>) -> bool {
 
 /// The memory of the instance in `cgroup`.
 fn cgroup_memory(cgroup: &Path, controller: bool) -> u64 {
-    match cgroup::usage(cgroup, controller).1 {
+    match controller.then(|| cgroup::memory_current(cgroup)).flatten() {
         Some(bytes) => bytes,
         None => cgroup::processes(cgroup)
             .into_iter()
@@ -41,9 +41,8 @@ pub fn all(cgroups: &[(i32, PathBuf)]) -> HashMap<i32, GroupUsage> {
     let ticks = procfs::ticks_per_second();
     let controller = memory_controller(cgroups.iter().map(|(_, c)| c.as_path()));
     for (pgid, cgroup) in cgroups {
-        let (cpu_usec, _) = cgroup::usage(cgroup, false);
         let entry = usage.entry(*pgid).or_default();
-        entry.cpu_ticks = cpu_usec * ticks / 1_000_000;
+        entry.cpu_ticks = cgroup::cpu_usec(cgroup) * ticks / 1_000_000;
         entry.rss_bytes = cgroup_memory(cgroup, controller);
     }
     usage
