@@ -99,7 +99,9 @@ impl Core {
         }
         app.dirty = true;
         let mut stops: Vec<(WorkerId, AfterStop)> = Vec::new();
-        let mut touched = 0;
+        // Instances, not workers: a slot may have two for a moment (one
+        // being replaced).
+        let mut touched = std::collections::BTreeSet::new();
         let mut refusals = Vec::new();
         for worker in app
             .workers
@@ -110,10 +112,12 @@ impl Core {
             let result = match (what, running) {
                 ("restart", true) => {
                     stops.push((worker.id, AfterStop::Restart));
+                    touched.insert(worker.slot);
                     continue;
                 }
                 ("stop (held)", true) => {
                     stops.push((worker.id, AfterStop::Hold));
+                    touched.insert(worker.slot);
                     continue;
                 }
                 ("start", true) => continue,
@@ -135,14 +139,16 @@ impl Core {
                 },
             };
             match result {
-                Ok(()) => touched += 1,
+                Ok(()) => {
+                    touched.insert(worker.slot);
+                }
                 Err(refused) => refusals.push(refused),
             }
         }
         for refused in refusals {
             self.ignored(refused);
         }
-        touched += stops.len();
+        let touched = touched.len();
         for (id, then) in stops {
             let how = super::StopHow {
                 command: Some(what),
