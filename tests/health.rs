@@ -465,3 +465,37 @@ apps:
         "the silent worker was kept alive by another process's pings"
     );
 }
+
+#[test]
+fn without_cgroups_what_exec_checks_leave_is_killed_too() {
+    let token = format!("check-child-{}", std::process::id());
+    let yaml = format!(
+        r#"
+apps:
+  worker:
+    command: sleep 1000
+    ready: none
+    health: {{exec: "python3 -c 'import time; time.sleep(1000)' {token} & exit 0", every: 50ms, timeout: 1s}}
+"#
+    );
+    let mut s = Supervised::start_with(&yaml, &["--cgroups", "off"], |_| {});
+    s.wait_count("spawned", "worker", 1);
+    // 100 checks, each leaving a child that is in execve (python starting)
+    // when its check ends: each is killed at that check's end or the next.
+    let mut most = 0;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(5) {
+        most = most.max(common::with_argument(&token).len());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        most <= 3,
+        "up to {most} children of ended checks alive at once"
+    );
+    assert_eq!(s.count("check_failed", "worker"), 0, "{}", s.dump());
+    s.signal(libc::SIGTERM);
+    s.wait_exit(WAIT);
+    assert!(eventually(Duration::from_secs(2), || {
+        common::with_argument(&token).is_empty()
+    }));
+}

@@ -121,17 +121,19 @@ impl Core {
                     continue;
                 }
                 ("start", true) => continue,
-                ("stop (held)", false) => {
-                    if worker.state.is_stopping() || worker.state == State::Spawning {
-                        continue;
-                    }
-                    worker.hold()
-                }
+                ("stop (held)", false) => match worker.state {
+                    State::Stopping {
+                        then: AfterStop::Restart,
+                        ..
+                    } => worker.after_stop(AfterStop::Hold),
+                    State::Stopping { .. } | State::Spawning => continue,
+                    _ => worker.hold(),
+                },
                 _ => match worker.state {
                     State::Stopping {
                         then: AfterStop::Hold,
                         ..
-                    } => worker.unhold(),
+                    } => worker.after_stop(AfterStop::Restart),
                     State::Failed | State::Exited | State::Held | State::Backoff { .. } => {
                         worker.revive()
                     }

@@ -198,3 +198,43 @@ fn start_while_a_held_stop_is_in_flight_starts_it_again_once_stopped() {
     );
     assert_eq!(core.anomalies(), 0);
 }
+
+#[test]
+fn stop_start_stop_while_the_stop_is_in_flight_ends_held() {
+    let t0 = Instant::now();
+    let mut core = core_with(vec![AppSpec::with_defaults("web", &["server"], 1)], t0);
+    core.converge(t0);
+    let (app, id) = spawns(&core.take_actions()).remove(0);
+    core.input(Input::Spawned { app, id, pid: 300 }, t0);
+    core.converge(t0);
+    for order in [
+        Order::Hold {
+            target: "web".into(),
+        },
+        Order::Release {
+            target: "web".into(),
+        },
+        Order::Hold {
+            target: "web".into(),
+        },
+    ] {
+        let reply = core.command(order, t0).unwrap();
+        assert!(format!("{reply:?}").contains(" 1 instance"), "{reply:?}");
+        core.converge(t0);
+    }
+    core.take_actions();
+    let exited = Input::Exited {
+        pid: 300,
+        exit: crate::core::worker::Exit::Code(0),
+        start_error: None,
+    };
+    core.input(exited, t0);
+    core.input(Input::GroupEmpty { pgid: 300 }, t0);
+    core.converge(t0);
+    assert!(
+        spawns(&core.take_actions()).is_empty(),
+        "the last stop wins"
+    );
+    let worker = core.app("web").unwrap().workers.values().next().unwrap();
+    assert_eq!(worker.state.name(), "stopped (held)");
+}

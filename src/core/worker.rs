@@ -353,15 +353,19 @@ impl Worker {
         }
     }
 
-    /// `supervise start` (or `restart`) while a held stop is in flight: the
-    /// worker starts again once it has stopped, instead of being held.
-    pub fn unhold(&mut self) -> Result<(), Refused> {
+    /// A command while a stop for a command is in flight: the last one
+    /// wins — `start` (or `restart`) after `stop` starts the worker again
+    /// once it has stopped, `stop` after those holds it.
+    pub fn after_stop(&mut self, next: AfterStop) -> Result<(), Refused> {
         match &mut self.state {
-            State::Stopping { then, .. } if *then == AfterStop::Hold => {
-                *then = AfterStop::Restart;
+            State::Stopping { then, .. }
+                if matches!(*then, AfterStop::Hold | AfterStop::Restart)
+                    && matches!(next, AfterStop::Hold | AfterStop::Restart) =>
+            {
+                *then = next;
                 Ok(())
             }
-            _ => Err(self.refuse("unhold")),
+            _ => Err(self.refuse("after stop")),
         }
     }
 

@@ -17,7 +17,7 @@
 //! of /proc. The adopted children and their tokens are read once for every
 //! question asked within [`ADOPTED_SCAN_TTL`], and the loop polls.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
@@ -44,6 +44,10 @@ pub const MAX_TREE: usize = 100_000;
 /// Without cgroups, how many times killing an instance's leftovers looks
 /// again for processes forked before their parent got its SIGKILL.
 pub const LEFTOVER_ROUNDS: usize = 32;
+/// How many tokens of discarded processes (ended `exec` checks) are looked
+/// for again at each discard: a check's child that escaped one look (it was
+/// in `execve`) is found at one of the next, a check period later.
+pub const DISCARDED_TOKENS: usize = 256;
 
 /// Where a process about to be started goes.
 #[derive(Debug)]
@@ -93,6 +97,9 @@ pub struct Groups {
     /// Instances sent SIGKILL (without cgroups): whatever is found of them
     /// later (forked meanwhile) is SIGKILLed too.
     killed: HashSet<i32>,
+    /// Tokens of the last processes discarded (without cgroups): what
+    /// carries one is killed whenever it is found.
+    discarded: VecDeque<String>,
 }
 
 impl Groups {
@@ -119,6 +126,7 @@ impl Groups {
             adopted_read: None,
             reap_wait: 0,
             killed: HashSet::new(),
+            discarded: VecDeque::new(),
         }
     }
 
@@ -191,13 +199,23 @@ impl Groups {
             self.settle();
         }
         if let Some(token) = placement.token {
+            // A child caught in `execve` when the scan runs has no
+            // readable environment yet: the tokens of the last discards are
+            // looked for again at each one after.
+            if self.discarded.len() == DISCARDED_TOKENS {
+                self.discarded.pop_front();
+            }
+            self.discarded.push_back(token);
             self.adopted_read = None;
-            let roots = self.adopted_with(&token);
-            for pid in tree(&roots) {
-                // SAFETY: a process of a spawn of ours (our child carrying
-                // its token, or one of its descendants).
-                unsafe {
-                    libc::kill(pid, libc::SIGKILL);
+            let tokens: Vec<String> = self.discarded.iter().cloned().collect();
+            for token in tokens {
+                let roots = self.adopted_with(&token);
+                for pid in tree(&roots) {
+                    // SAFETY: a process of a spawn of ours (our child
+                    // carrying its token, or one of its descendants).
+                    unsafe {
+                        libc::kill(pid, libc::SIGKILL);
+                    }
                 }
             }
         }
