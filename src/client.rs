@@ -343,7 +343,10 @@ pub fn status(socket: &Path, all: bool, json: bool) -> Result<(), Failure> {
                 name.to_string(),
                 worker.slot.to_string(),
                 worker.pid.map_or("-".into(), |p| p.to_string()),
-                worker.state.clone(),
+                match worker.completed_s {
+                    Some(ago) => format!("completed (exit 0, {ago:.1}s ago)"),
+                    None => worker.state.clone(),
+                },
                 if worker.ready { "yes" } else { "no" }.to_string(),
                 health_column(worker),
                 worker.restarts.to_string(),

@@ -98,4 +98,7 @@ pub struct WorkerStatus {
     /// Being replaced while it serves: `unhealthy`, `over max_memory`.
     #[serde(default)]
     pub replacing: Option<String>,
+    /// Seconds since it completed (a one-shot that exited 0).
+    #[serde(default)]
+    pub completed_s: Option<f64>,
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::reconcile::Workers;
+use super::worker::State;
 use crate::spec::{AppSpec, ProcessDefinition};
 
 /// One app: its desired spec, its workers, and the definitions they run.
@@ -77,11 +78,15 @@ impl App {
     }
 
     /// Every wanted slot has a ready worker.
+    /// (A one-shot that completed counts: it did what it is there for.)
     pub(super) fn all_ready(&self) -> bool {
         let mut ready: Vec<u32> = self
             .workers
             .values()
-            .filter(|w| w.state.is_ready() && w.slot < self.spec.instances)
+            .filter(|w| {
+                (w.state.is_ready() || matches!(w.state, State::Completed { .. }))
+                    && w.slot < self.spec.instances
+            })
             .map(|w| w.slot)
             .collect();
         ready.sort_unstable();

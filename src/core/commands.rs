@@ -137,6 +137,9 @@ impl Core {
                     State::Failed | State::Exited | State::Held | State::Backoff { .. } => {
                         worker.revive()
                     }
+                    // A one-shot that did its job runs again on `restart`
+                    // only (`start` releases what `stop` held).
+                    State::Completed { .. } if what == "restart" => worker.revive(),
                     _ => continue,
                 },
             };

@@ -157,7 +157,10 @@ fn has_process(worker: &Worker) -> bool {
 
 /// Does the worker (still) stand for a process, now or soon? Counts toward `N + s`.
 fn occupies(worker: &Worker) -> bool {
-    !matches!(worker.state, State::Failed | State::Exited | State::Held)
+    !matches!(
+        worker.state,
+        State::Failed | State::Exited | State::Completed { .. } | State::Held
+    )
 }
 
 /// Stopping for good (not to restart or count a failure in its slot).
@@ -422,7 +425,7 @@ fn supersede(outdated: &[&Worker], plan: &mut Plan, occupied: &mut usize, ready:
                 plan.steps.push(Step::Remove { id: old.id });
                 *occupied = occupied.saturating_sub(1);
             }
-            State::Failed | State::Exited | State::Held => {
+            State::Failed | State::Exited | State::Completed { .. } | State::Held => {
                 plan.steps.push(Step::Remove { id: old.id });
             }
         }
@@ -458,7 +461,7 @@ fn give_way(
                 plan.steps.push(Step::Remove { id: old.id });
                 *occupied = occupied.saturating_sub(1);
             }
-            State::Failed | State::Exited | State::Held => {
+            State::Failed | State::Exited | State::Completed { .. } | State::Held => {
                 plan.steps.push(Step::Remove { id: old.id });
             }
         }
@@ -479,7 +482,8 @@ fn wind_down(workers: &Workers, plan: &mut Plan) {
             | State::Backoff { .. }
             | State::Failed
             | State::Held
-            | State::Exited => plan.steps.push(Step::Remove { id: worker.id }),
+            | State::Exited
+            | State::Completed { .. } => plan.steps.push(Step::Remove { id: worker.id }),
         }
     }
 }
@@ -591,6 +595,7 @@ fn drive(worker: &Worker, spec: &AppSpec, now: Instant, may_start: bool, plan: &
         | State::Stopping { .. }
         | State::Failed
         | State::Exited
+        | State::Completed { .. }
         | State::Held => {}
     }
 }

@@ -409,7 +409,12 @@ impl Worker {
             RestartPolicy::Never => false,
         };
         if !restart {
-            self.enter(State::Exited, input)?;
+            let done = if outcome == Outcome::Exited(Exit::Code(0)) {
+                State::Completed { at: now }
+            } else {
+                State::Exited
+            };
+            self.enter(done, input)?;
             self.last_outcome = Some(outcome);
             return Ok(Decision::Done);
         }

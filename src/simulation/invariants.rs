@@ -230,7 +230,11 @@ impl World {
                 }
                 let settled = matches!(
                     worker.state,
-                    State::Ready { .. } | State::Failed | State::Exited | State::Held
+                    State::Ready { .. }
+                        | State::Failed
+                        | State::Exited
+                        | State::Completed { .. }
+                        | State::Held
                 );
                 if !settled {
                     let all = describe_workers(app);

@@ -5,7 +5,7 @@
 
 use super::Supervisor;
 use crate::control::{AppStatus, Rollout, StatusReply, WorkerStatus};
-use crate::core::worker::{Outcome, Worker};
+use crate::core::worker::{Outcome, State, Worker};
 use crate::effects::Effects;
 
 impl<E: Effects> Supervisor<E> {
@@ -53,6 +53,12 @@ impl<E: Effects> Supervisor<E> {
                                 .filter(|_| w.state.is_ready())
                                 .and_then(|dog| dog.last_ping)
                                 .map(|ping| now.saturating_duration_since(ping).as_secs_f64()),
+                            completed_s: match w.state {
+                                State::Completed { at } => {
+                                    Some(now.saturating_duration_since(at).as_secs_f64())
+                                }
+                                _ => None,
+                            },
                             replacing: w.recycle.map(|r| match r.outcome {
                                 Outcome::MemoryExceeded => "over max_memory".to_string(),
                                 _ => "unhealthy".to_string(),

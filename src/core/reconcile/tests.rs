@@ -251,7 +251,23 @@ fn failed_and_exited_workers_stay_until_the_definition_changes() {
     w.fake().crash(pid, Exit::Code(0));
     w.deliver();
     wait(&mut w, 3_600_000);
-    assert_eq!(w.slots("web"), [(0, 1, "exited"), (1, 1, "ready")]);
+    assert_eq!(w.slots("web"), [(0, 1, "completed"), (1, 1, "ready")]);
+    let pid = pid_of(&w, 1);
+    w.fake().crash(pid, Exit::Code(3));
+    w.deliver();
+    wait(&mut w, 10);
+    assert_eq!(w.slots("web"), [(0, 1, "completed"), (1, 1, "exited")]);
+    // A policy edit gives the failed one a fresh start; the one that
+    // completed stays done: a one-shot runs again only for a new definition.
+    step(
+        &mut w,
+        Step::Edit(Edit::KillTimeout {
+            app: 0,
+            millis: 700,
+        }),
+    );
+    wait(&mut w, 10);
+    assert_eq!(w.slots("web"), [(0, 1, "completed"), (1, 1, "ready")]);
     step(&mut w, Step::Edit(Edit::Env { app: 0, value: 2 }));
     wait(&mut w, 10);
     assert_eq!(

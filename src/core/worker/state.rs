@@ -42,8 +42,13 @@ pub enum State {
     Failed,
     /// Stopped by `supervise stop`; starts again on `start` or a change of its app.
     Held,
-    /// Ended and the restart policy says not to restart (`never`, or `on-failure` after exit 0).
+    /// Ended and the restart policy says not to restart (`never` after a
+    /// failure).
     Exited,
+    /// Ran to its end with exit 0, not to be run again (`never`, or
+    /// `on-failure`): a one-shot that did its job, at `at`. Runs again only
+    /// when its definition changes, or on `restart`.
+    Completed { at: Instant },
 }
 
 /// The name of a state, without its data: what [`ALLOWED`] is written in.
@@ -58,10 +63,11 @@ pub enum Kind {
     Failed,
     Held,
     Exited,
+    Completed,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 10] = [
         Kind::Pending,
         Kind::Spawning,
         Kind::Starting,
@@ -71,6 +77,7 @@ impl Kind {
         Kind::Failed,
         Kind::Held,
         Kind::Exited,
+        Kind::Completed,
     ];
 }
 
@@ -93,6 +100,7 @@ pub const ALLOWED: &[(Kind, &[Kind])] = &[
         Kind::Exited,
         &[Kind::Spawning, Kind::Starting, Kind::Ready, Kind::Stopping],
     ),
+    (Kind::Completed, &[Kind::Starting, Kind::Ready]),
     (
         Kind::Held,
         &[
@@ -100,6 +108,7 @@ pub const ALLOWED: &[(Kind, &[Kind])] = &[
             Kind::Backoff,
             Kind::Failed,
             Kind::Exited,
+            Kind::Completed,
             Kind::Stopping,
         ],
     ),
@@ -109,6 +118,7 @@ pub const ALLOWED: &[(Kind, &[Kind])] = &[
             Kind::Backoff,
             Kind::Failed,
             Kind::Exited,
+            Kind::Completed,
             Kind::Held,
             Kind::Stopping,
         ],
@@ -134,6 +144,7 @@ impl State {
             State::Failed => Kind::Failed,
             State::Held => Kind::Held,
             State::Exited => Kind::Exited,
+            State::Completed { .. } => Kind::Completed,
         }
     }
 
@@ -180,6 +191,7 @@ impl State {
             State::Failed => "failed",
             State::Held => "stopped (held)",
             State::Exited => "exited",
+            State::Completed { .. } => "completed",
         }
     }
 }

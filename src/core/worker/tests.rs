@@ -123,7 +123,12 @@ fn restart_policies() {
         );
         if !restarts {
             assert_eq!(decision, Decision::Done);
-            assert_eq!(w.state, State::Exited);
+            let expected = if exit == Exit::Code(0) {
+                State::Completed { at: t0 }
+            } else {
+                State::Exited
+            };
+            assert_eq!(w.state, expected, "{policy:?} {exit:?}");
         }
         assert_eq!(w.last_outcome, Some(Outcome::Exited(exit)));
     }
@@ -368,6 +373,10 @@ fn setups(t0: Instant) -> Vec<Worker> {
     held.hold().unwrap();
     let mut exited = started(false);
     exited
+        .exited(CRASH, None, t0, &rules(RestartPolicy::Never))
+        .unwrap();
+    let mut completed = started(true);
+    completed
         .exited(Exit::Code(0), None, t0, &rules(RestartPolicy::Never))
         .unwrap();
     let not_ready = AfterStop::Failed(Outcome::NotReady);
@@ -385,6 +394,7 @@ fn setups(t0: Instant) -> Vec<Worker> {
         failed,
         held,
         exited,
+        completed,
     ]
 }
 
@@ -409,13 +419,16 @@ fn every_input_in_every_state_is_applied_or_refused_and_never_breaks_the_table()
         &'static str,
         fn(&mut Worker, Instant, &RestartRules, StartError) -> bool,
     );
-    let inputs: [Input; 14] = [
+    let inputs: [Input; 15] = [
         ("begin_start", |w, _, _, _| w.begin_start().is_ok()),
         ("spawned", |w, t, _, _| w.spawned(3, t).is_ok()),
         ("spawn_failed", |w, t, r, e| w.spawn_failed(e, t, r).is_ok()),
         ("exec_succeeded", |w, _, _, _| w.exec_succeeded().is_ok()),
         ("ready", |w, t, _, _| w.ready(t).is_ok()),
         ("exited", |w, t, r, _| w.exited(CRASH, None, t, r).is_ok()),
+        ("exited_cleanly", |w, t, r, _| {
+            w.exited(Exit::Code(0), None, t, r).is_ok()
+        }),
         ("exec_failed", |w, t, r, e| {
             w.exited(Exit::Code(127), Some(e), t, r).is_ok()
         }),

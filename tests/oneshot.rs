@@ -1,0 +1,85 @@
+//! One-shot tasks: a command that runs to its end is `completed`, counts as
+//! done for "every instance is ready", and runs again only when its
+//! definition changes.
+
+mod common;
+
+use std::time::Duration;
+
+use common::Supervised;
+use serde_json::Value;
+
+fn status(s: &Supervised, json: bool) -> String {
+    let mut args = vec!["status", "-f", "ecosystem.yaml"];
+    if json {
+        args.push("--json");
+    }
+    let output = std::process::Command::new(common::binary())
+        .current_dir(s.dir.path())
+        .env("XDG_RUNTIME_DIR", common::runtime_dir(s.dir.path()))
+        .args(&args)
+        .output()
+        .expect("status runs");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Save `yaml` as an editor does (a new file renamed over the old one).
+fn save(s: &Supervised, yaml: &str) {
+    let temp = s.path(".ecosystem.yaml.tmp");
+    std::fs::write(&temp, yaml).unwrap();
+    std::fs::rename(&temp, s.path("ecosystem.yaml")).unwrap();
+}
+
+fn file(migration: &str, kill_timeout: &str) -> String {
+    format!(
+        r#"
+apps:
+  migrate:
+    command: echo {migration}
+    restart: never
+    ready: none
+    kill_timeout: {kill_timeout}
+  web:
+    command: sleep 1000
+    ready: none
+"#
+    )
+}
+
+#[test]
+fn a_one_shot_completes_counts_as_done_and_runs_again_only_for_a_new_definition() {
+    let mut s = Supervised::start(&file("migrated", "10s"));
+    s.wait_line("migrated");
+    s.wait_for("every instance is ready", |e| e["event"] == "all_ready");
+    let json: Value = serde_json::from_str(&status(&s, true)).expect("status --json");
+    let migrate = json["apps"]
+        .as_array()
+        .and_then(|apps| apps.iter().find(|a| a["name"] == "migrate"))
+        .expect("the migrate app");
+    assert_eq!(migrate["workers"][0]["state"], "completed", "{json}");
+    assert!(
+        migrate["workers"][0]["completed_s"].as_f64().is_some(),
+        "{json}"
+    );
+    assert!(
+        status(&s, false).contains("completed (exit 0,"),
+        "{}",
+        status(&s, false)
+    );
+    // A policy edit does not run it again…
+    save(&s, &file("migrated", "5s"));
+    s.wait_for("the policy edit", |e| {
+        e["event"] == "applied" && e["file_version"] == 2
+    });
+    assert!(
+        s.next_within(Duration::from_secs(1), |e| e["event"] == "spawned"
+            && e["app"] == "migrate")
+            .is_none(),
+        "{}",
+        s.dump()
+    );
+    // …a new definition does.
+    save(&s, &file("migrated-again", "5s"));
+    s.wait_line("migrated-again");
+    assert_eq!(s.count("spawned", "migrate"), 2);
+}
