@@ -517,7 +517,13 @@ pub fn scale(
                 format!("the supervisor has no app `{app}`"),
             ));
         };
-        if found.instances == after && found.running == after {
+        // A one-shot that completed came up and did its job.
+        let completed = found
+            .workers
+            .iter()
+            .filter(|w| w.completed_s.is_some() && w.slot < after)
+            .count() as u32;
+        if found.instances == after && found.running + completed == after {
             print(&format!(
                 "{app}: instances {before} → {after} (edited {shown})\n"
             ));

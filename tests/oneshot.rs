@@ -82,4 +82,45 @@ fn a_one_shot_completes_counts_as_done_and_runs_again_only_for_a_new_definition(
     save(&s, &file("migrated-again", "5s"));
     s.wait_line("migrated-again");
     assert_eq!(s.count("spawned", "migrate"), 2);
+    // `reload` runs it once more, and returns once it has completed.
+    let reload = std::process::Command::new(common::binary())
+        .current_dir(s.dir.path())
+        .env("XDG_RUNTIME_DIR", common::runtime_dir(s.dir.path()))
+        .args(["reload", "migrate", "-f", "ecosystem.yaml"])
+        .output()
+        .expect("reload runs");
+    assert!(
+        reload.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&reload.stdout),
+        String::from_utf8_lossy(&reload.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&reload.stdout).contains("1/1 replaced"),
+        "{}",
+        String::from_utf8_lossy(&reload.stdout)
+    );
+    s.wait_count("spawned", "migrate", 3);
+    s.wait_count("exited", "migrate", 3);
+    // `scale` of a one-shot returns once the new instance has run.
+    let scale = std::process::Command::new(common::binary())
+        .current_dir(s.dir.path())
+        .env("XDG_RUNTIME_DIR", common::runtime_dir(s.dir.path()))
+        .args([
+            "scale",
+            "migrate",
+            "2",
+            "-f",
+            "ecosystem.yaml",
+            "--timeout",
+            "10s",
+        ])
+        .output()
+        .expect("scale runs");
+    assert!(
+        scale.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&scale.stdout),
+        String::from_utf8_lossy(&scale.stderr)
+    );
 }

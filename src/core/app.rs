@@ -61,11 +61,12 @@ impl App {
         self.dirty = true;
     }
 
-    /// Instances of the current generation that are ready.
+    /// Instances of the current generation that are ready (or, one-shots,
+    /// completed: `reload` of one is done when it has run).
     pub fn replaced(&self) -> usize {
         self.workers
             .values()
-            .filter(|w| w.generation == self.generation && w.state.is_ready())
+            .filter(|w| w.generation == self.generation && done_or_ready(w))
             .count()
     }
 
@@ -83,14 +84,16 @@ impl App {
         let mut ready: Vec<u32> = self
             .workers
             .values()
-            .filter(|w| {
-                (w.state.is_ready() || matches!(w.state, State::Completed { .. }))
-                    && w.slot < self.spec.instances
-            })
+            .filter(|w| done_or_ready(w) && w.slot < self.spec.instances)
             .map(|w| w.slot)
             .collect();
         ready.sort_unstable();
         ready.dedup();
         ready.len() == self.spec.instances as usize
     }
+}
+
+/// Ready, or a one-shot that completed: it serves, or it did its job.
+fn done_or_ready(worker: &super::worker::Worker) -> bool {
+    worker.state.is_ready() || matches!(worker.state, State::Completed { .. })
 }
