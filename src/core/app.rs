@@ -53,6 +53,12 @@ impl App {
 
     /// A new generation of the definition: the workers of older ones are replaced.
     pub(super) fn bump_generation(&mut self, definition: ProcessDefinition, recreate: bool) {
+        // A worker being recycled is now simply outdated: the rollout
+        // replaces it, and its checks resume meanwhile (broken again during
+        // the rollout, it is stopped as a failed run).
+        for worker in self.workers.values_mut() {
+            worker.recycle = None;
+        }
         self.generation += 1;
         self.definitions
             .insert(self.generation, Arc::new(definition));

@@ -93,6 +93,18 @@ impl Core {
                     if app.spec.process != spec.process {
                         app.bump_generation(spec.process.clone(), overlapping);
                     }
+                    if app.spec.health != spec.health {
+                        // Checks in flight were made for the old settings:
+                        // they are cancelled, and counting starts afresh.
+                        for worker in app.workers.values_mut() {
+                            if let (Some(_), Some(pid)) =
+                                (worker.health.in_flight, worker.state.pid())
+                            {
+                                self.outbox.push(Action::CancelCheck { pid });
+                            }
+                            worker.health = Default::default();
+                        }
+                    }
                     if app.spec.kill_timeout != spec.kill_timeout {
                         // Policy applies to what runs: stops in flight too.
                         for worker in app.workers.values_mut() {

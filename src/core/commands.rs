@@ -123,7 +123,7 @@ impl Core {
                 ("start", true) => continue,
                 ("stop (held)", false) => match worker.state {
                     State::Stopping {
-                        then: AfterStop::Restart,
+                        then: AfterStop::Restart | AfterStop::Failed(_),
                         ..
                     } => worker.after_stop(AfterStop::Hold),
                     State::Stopping { .. } | State::Spawning => continue,

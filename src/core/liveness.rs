@@ -209,7 +209,6 @@ impl Core {
             let Some(worker) = app.workers.get_mut(&id) else {
                 continue;
             };
-            worker.memory = Some(bytes);
             if bytes <= limit || worker.recycle.is_some() || !worker.state.is_running() {
                 continue;
             }

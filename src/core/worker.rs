@@ -117,8 +117,6 @@ pub struct Worker {
     pub ready_extended_to: Option<Instant>,
     /// Being replaced while it serves (unhealthy, over its memory limit).
     pub recycle: Option<Recycle>,
-    /// The memory its instance used when last measured (bytes).
-    pub memory: Option<u64>,
 }
 
 impl Worker {
@@ -137,7 +135,6 @@ impl Worker {
             watchdog: None,
             ready_extended_to: None,
             recycle: None,
-            memory: None,
         }
     }
 
@@ -172,7 +169,7 @@ impl Worker {
         self.health = Health::default();
         self.watchdog = None;
         self.ready_extended_to = None;
-        self.memory = None;
+        self.recycle = None;
         self.enter(
             State::Starting {
                 pid,
@@ -353,14 +350,18 @@ impl Worker {
         }
     }
 
-    /// A command while a stop for a command is in flight: the last one
-    /// wins — `start` (or `restart`) after `stop` starts the worker again
-    /// once it has stopped, `stop` after those holds it.
+    /// A command while a stop is in flight: the last one wins — `start`
+    /// (or `restart`) after `stop` starts the worker again once it has
+    /// stopped; `stop` after those, or during the stop of a failed run (not
+    /// ready in time, unhealthy, a missed watchdog), holds it.
     pub fn after_stop(&mut self, next: AfterStop) -> Result<(), Refused> {
         match &mut self.state {
             State::Stopping { then, .. }
-                if matches!(*then, AfterStop::Hold | AfterStop::Restart)
-                    && matches!(next, AfterStop::Hold | AfterStop::Restart) =>
+                if matches!(
+                    (*then, next),
+                    (AfterStop::Hold, AfterStop::Restart)
+                        | (AfterStop::Restart | AfterStop::Failed(_), AfterStop::Hold)
+                ) =>
             {
                 *then = next;
                 Ok(())

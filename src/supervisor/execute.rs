@@ -41,7 +41,13 @@ impl<E: Effects> Supervisor<E> {
                     self.effects.forget_group(pgid);
                 }
                 Action::CancelProbe { pid } => self.effects.cancel_probe(pid),
-                Action::Check(order) => self.effects.check(&order),
+                Action::Check(order) => {
+                    self.effects.check(&order);
+                    // A check that could not even start answers at once.
+                    for answer in self.effects.take_check_answers() {
+                        self.check_answered(answer, now);
+                    }
+                }
                 Action::CancelCheck { pid } => self.effects.cancel_check(pid),
                 Action::MeasureMemory { pids } => self.effects.measure_memory(pids),
                 Action::SweepSockets => sweep = true,

@@ -567,3 +567,60 @@ fn memory_is_measured_once_at_a_time_and_a_lost_answer_is_not_waited_for_forever
     assert!(shell.measuring.is_some());
     assert!(shell.core.next_wake() > shell.now, "no busy loop meanwhile");
 }
+
+#[test]
+fn a_stop_command_during_a_watchdog_stop_holds_the_instance() {
+    let mut spec = app(1);
+    spec.process.watchdog = Some(Duration::from_secs(1));
+    let mut shell = Shell::new(spec);
+    shell.advance(Duration::from_secs(1));
+    assert_eq!(shell.signals, [(100, Signal::SIGABRT)]);
+    let hold = crate::core::commands::Order::Hold {
+        target: "web".into(),
+    };
+    let reply = shell.core.command(hold, shell.now).unwrap();
+    assert!(format!("{reply:?}").contains(" 1 instance"), "{reply:?}");
+    shell.settle();
+    shell.gone(100, 134);
+    shell.advance(Duration::from_secs(5));
+    assert_eq!(shell.workers(), [(None, "stopped (held)")]);
+}
+
+#[test]
+fn a_health_edit_cancels_the_check_in_flight_and_counts_afresh() {
+    let mut spec = app(1);
+    spec.health = Some(health(3, Duration::ZERO));
+    let mut shell = Shell::new(spec.clone());
+    shell.advance(Duration::from_secs(1));
+    shell.answer(false);
+    shell.advance(Duration::from_secs(1));
+    assert_eq!(shell.checks.len(), 1, "a second check in flight");
+    spec.health = Some(health(1, Duration::ZERO));
+    let desired = Desired {
+        source: "/srv/ecosystem.yaml".into(),
+        apps: vec![spec],
+        memory_check: Duration::from_secs(5),
+    };
+    let apply = Input::Apply {
+        desired,
+        unbound: Vec::new(),
+        trigger: "edit".into(),
+    };
+    shell.core.input(apply, shell.now);
+    shell.settle();
+    assert_eq!(shell.cancelled, [100]);
+    // The old check's answer is not counted against the new settings.
+    shell.answer(false);
+    assert_eq!(shell.count(|e| matches!(e, Event::Unhealthy { .. })), 0);
+    let worker = shell
+        .core
+        .app("web")
+        .unwrap()
+        .workers
+        .values()
+        .next()
+        .unwrap()
+        .clone();
+    assert_eq!(worker.health.failures, 0);
+    assert_eq!(shell.core.anomalies(), 0);
+}

@@ -12,6 +12,10 @@ use super::{Outcome, Refused, RestartRules, State, Worker};
 use crate::backoff;
 use crate::spec::{HealthSpec, RestartPolicy};
 
+/// The most one `EXTEND_TIMEOUT_USEC=` extends a start by (a datagram may
+/// say 585,000 years).
+pub const MAX_EXTEND_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
 /// The liveness checks of the current process.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Health {
@@ -146,7 +150,7 @@ impl Worker {
         if !matches!(self.state, State::Starting { .. }) {
             return Err(self.refuse("extend timeout"));
         }
-        let until = now + by;
+        let until = now + by.min(MAX_EXTEND_TIMEOUT);
         self.ready_extended_to = Some(self.ready_extended_to.map_or(until, |t| t.max(until)));
         Ok(())
     }

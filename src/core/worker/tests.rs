@@ -507,3 +507,21 @@ fn exits_read_like_sentences() {
         "failed to start: chdir: No such file or directory"
     );
 }
+
+#[test]
+fn a_new_process_is_no_longer_being_recycled() {
+    let t0 = Instant::now();
+    let r = rules(RestartPolicy::Always);
+    let mut w = Worker::new(1, 0, 1);
+    run(&mut w, 9, t0);
+    w.ready(t0).unwrap();
+    assert!(matches!(
+        w.condemn(Outcome::Unhealthy, t0, &r),
+        Ok(crate::core::worker::Verdict::Replace { .. })
+    ));
+    assert!(w.recycle.is_some());
+    w.exited(CRASH, None, t0, &r).unwrap();
+    w.begin_start().unwrap();
+    w.spawned(10, t0).unwrap();
+    assert_eq!(w.recycle, None, "its checks and limits apply again");
+}
