@@ -164,7 +164,7 @@ impl Core {
             return None;
         }
         Some(match self.measuring {
-            Some(since) => self.memory_due.max(since + MEMORY_ANSWER_LOST),
+            Some((_, since)) => self.memory_due.max(since + MEMORY_ANSWER_LOST),
             None => self.memory_due,
         })
     }
@@ -185,14 +185,20 @@ impl Core {
             .filter_map(|w| w.state.pid())
             .collect();
         if !pids.is_empty() {
-            self.measuring = Some(now);
-            self.emit(Action::MeasureMemory { pids });
+            self.memory_rounds += 1;
+            let round = self.memory_rounds;
+            self.measuring = Some((round, now));
+            self.emit(Action::MeasureMemory { round, pids });
         }
     }
 
     /// What the instances used: over the limit, a ready one is replaced and
     /// a starting one is stopped as a failed start.
-    pub(super) fn memory_measured(&mut self, usage: Vec<(i32, u64)>, now: Instant) {
+    pub(super) fn memory_measured(&mut self, round: u64, usage: Vec<(i32, u64)>, now: Instant) {
+        if self.measuring.map(|(out, _)| out) != Some(round) {
+            // The answer of a measurement given up as lost: stale.
+            return;
+        }
         self.measuring = None;
         // A measurement that took longer than a period: the next one a
         // period from now, not at once.

@@ -103,8 +103,8 @@ pub enum Input {
         detail: String,
     },
     /// The memory of instances, `(leader pid, bytes)` (the answer to
-    /// [`Action::MeasureMemory`]).
-    MemoryMeasured { usage: Vec<(i32, u64)> },
+    /// [`Action::MeasureMemory`] number `round`).
+    MemoryMeasured { round: u64, usage: Vec<(i32, u64)> },
     /// A new, valid version of the file. `unbound`: apps whose new sockets
     /// could not be bound (`(app, why)`); they keep their last good version.
     Apply {
@@ -142,8 +142,8 @@ pub enum Action {
     /// (an `exec` check's process group is killed).
     CancelCheck { pid: i32 },
     /// Measure the memory of the instances led by `pids`; answer with
-    /// [`Input::MemoryMeasured`].
-    MeasureMemory { pids: Vec<i32> },
+    /// [`Input::MemoryMeasured`] with the same `round`.
+    MeasureMemory { round: u64, pids: Vec<i32> },
     /// Sockets may be unwanted now: close those no app needs
     /// ([`Core::wanted_sockets`]).
     SweepSockets,
@@ -247,8 +247,11 @@ pub struct Core {
     spawn_budget: usize,
     /// When the memory of instances with `max_memory` is measured next.
     memory_due: Instant,
-    /// Since when a measurement is out, not answered yet: never two at once.
-    measuring: Option<Instant>,
+    /// The measurement out, not answered yet (its round, since when): never
+    /// two at once, and the answer of one given up as lost is not taken.
+    measuring: Option<(u64, Instant)>,
+    /// Counts the memory measurements ordered.
+    memory_rounds: u64,
 }
 
 impl Core {
@@ -276,6 +279,7 @@ impl Core {
             spawn_budget: SPAWNS_PER_TURN,
             memory_due: now + desired.memory_check,
             measuring: None,
+            memory_rounds: 0,
         }
     }
 
@@ -403,7 +407,7 @@ impl Core {
                 passed,
                 detail,
             } => self.checked(pid, check, passed, detail, now),
-            Input::MemoryMeasured { usage } => self.memory_measured(usage, now),
+            Input::MemoryMeasured { round, usage } => self.memory_measured(round, usage, now),
             Input::Apply {
                 desired,
                 unbound,

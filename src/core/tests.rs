@@ -109,6 +109,7 @@ fn late_and_unknown_news_is_a_no_op() {
             detail: "HTTP 500".into(),
         },
         Input::MemoryMeasured {
+            round: 1,
             usage: vec![(4242, u64::MAX)],
         },
     ] {

@@ -135,7 +135,7 @@ pub struct FakeEffects {
     /// Liveness checks running, by the leader of the worker checked.
     checks: BTreeMap<i32, CheckOrder>,
     /// A memory measurement asked for and not answered yet: the leaders.
-    pub measuring: Option<Vec<i32>>,
+    pub measuring: Option<(u64, Vec<i32>)>,
 }
 
 impl FakeEffects {
@@ -480,10 +480,10 @@ impl Effects for FakeEffects {
         Vec::new()
     }
 
-    fn measure_memory(&mut self, pids: Vec<i32>) {
+    fn measure_memory(&mut self, round: u64, pids: Vec<i32>) {
         self.history
             .push(format!("measure memory of {} instances", pids.len()));
-        self.measuring = Some(pids);
+        self.measuring = Some((round, pids));
     }
 
     fn notify_systemd(&mut self, state: &str) {

@@ -128,8 +128,8 @@ pub trait Effects {
     fn take_check_answers(&mut self) -> Vec<CheckAnswer>;
 
     /// Measure the memory of the instances led by `pids`, off the loop;
-    /// the answer comes back as an event.
-    fn measure_memory(&mut self, pids: Vec<i32>);
+    /// the answer comes back as an event, with `round`.
+    fn measure_memory(&mut self, round: u64, pids: Vec<i32>);
 
     /// The socket for `key` (bound now for `app` if new), and where it is bound.
     fn bind(&mut self, key: &SocketKey, app: &str) -> Result<(RawFd, ListenAddress), BindError>;

@@ -53,8 +53,9 @@ pub struct Reports {
     pub groups: mpsc::Sender<()>,
     /// A tcp or http liveness check answered.
     pub checks: mpsc::Sender<CheckAnswer>,
-    /// What instances use in memory: `(leader pid, bytes)`.
-    pub memory: mpsc::Sender<Vec<(i32, u64)>>,
+    /// What instances use in memory: the measurement's round, and
+    /// `(leader pid, bytes)`.
+    pub memory: mpsc::Sender<(u64, Vec<(i32, u64)>)>,
 }
 
 /// A liveness check that runs.
@@ -585,7 +586,7 @@ impl Effects for System {
         std::mem::take(&mut self.check_answers)
     }
 
-    fn measure_memory(&mut self, pids: Vec<i32>) {
+    fn measure_memory(&mut self, round: u64, pids: Vec<i32>) {
         let cgroups: HashMap<i32, std::path::PathBuf> = self.groups.cgroups().into_iter().collect();
         let instances: Vec<(i32, Option<std::path::PathBuf>)> = pids
             .into_iter()
@@ -593,7 +594,7 @@ impl Effects for System {
             .collect();
         let report = self.reports.memory.clone();
         tokio::task::spawn_blocking(move || {
-            let _ = report.blocking_send(usage::memory(&instances));
+            let _ = report.blocking_send((round, usage::memory(&instances)));
         });
     }
 

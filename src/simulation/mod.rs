@@ -320,7 +320,7 @@ impl World {
     /// The memory measurement asked for (if one is) answers: the instance
     /// at index `over` uses one byte more than its limit, the rest nothing.
     pub fn answer_memory(&mut self, over: Option<usize>) {
-        let Some(pids) = self.fake().measuring.take() else {
+        let Some((round, pids)) = self.fake().measuring.take() else {
             return;
         };
         let over = over
@@ -338,7 +338,8 @@ impl World {
                 (*pid, if Some(*pid) == over { limit + 1 } else { 0 })
             })
             .collect();
-        self.supervisor.handle(Event::MemoryMeasured(usage));
+        self.supervisor
+            .handle(Event::MemoryMeasured { round, usage });
     }
 
     /// Apply a new version of the file (as the config loader would hand it).

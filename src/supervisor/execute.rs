@@ -49,7 +49,7 @@ impl<E: Effects> Supervisor<E> {
                     }
                 }
                 Action::CancelCheck { pid } => self.effects.cancel_check(pid),
-                Action::MeasureMemory { pids } => self.effects.measure_memory(pids),
+                Action::MeasureMemory { round, pids } => self.effects.measure_memory(round, pids),
                 Action::SweepSockets => sweep = true,
                 Action::Systemd(state) => self.effects.notify_systemd(state),
                 Action::ForgetOutput { app, slot } => self.effects.forget_output(&app, slot),

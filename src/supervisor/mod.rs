@@ -64,7 +64,8 @@ pub enum Event {
     /// A liveness check answered.
     Checked(CheckAnswer),
     /// What instances use in memory: `(leader pid, bytes)`.
-    MemoryMeasured(Vec<(i32, u64)>),
+    /// (The answer to measurement `round`.)
+    MemoryMeasured { round: u64, usage: Vec<(i32, u64)> },
     /// The processes of some instance changed (a cgroup emptied).
     GroupsChanged,
     /// The time [`Supervisor::next_wake`] asked for came.
@@ -171,7 +172,7 @@ impl<E: Effects> Supervisor<E> {
             Event::ProbeSucceeded { pid } => self.probe_succeeded(pid, now),
             Event::Notified(notification) => self.notified(notification, now),
             Event::Checked(answer) => self.check_answered(answer, now),
-            Event::MemoryMeasured(usage) => self.memory_measured(usage, now),
+            Event::MemoryMeasured { round, usage } => self.memory_measured(round, usage, now),
             Event::GroupsChanged => self.groups_changed(now),
             Event::Timer => self.timer(now),
         }

@@ -88,7 +88,7 @@ impl<E: Effects> Supervisor<E> {
         self.core.input(input, now);
     }
 
-    pub(super) fn memory_measured(&mut self, usage: Vec<(i32, u64)>, now: Instant) {
-        self.core.input(Input::MemoryMeasured { usage }, now);
+    pub(super) fn memory_measured(&mut self, round: u64, usage: Vec<(i32, u64)>, now: Instant) {
+        self.core.input(Input::MemoryMeasured { round, usage }, now);
     }
 }

@@ -195,7 +195,9 @@ pub async fn run(launch: Launch) -> std::io::Result<()> {
                 }
                 supervisor.handle_all(batch);
             }
-            Some(usage) = memory.recv() => supervisor.handle(Event::MemoryMeasured(usage)),
+            Some((round, usage)) = memory.recv() => {
+                supervisor.handle(Event::MemoryMeasured { round, usage });
+            }
             Some(()) = group_changes.recv() => supervisor.handle(Event::GroupsChanged),
             _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {
                 supervisor.handle(Event::Timer);

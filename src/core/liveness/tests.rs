@@ -20,7 +20,8 @@ struct Shell {
     checks: Vec<CheckOrder>,
     cancelled: Vec<i32>,
     signals: Vec<(i32, Signal)>,
-    measuring: Option<Vec<i32>>,
+    /// The measurement out: its round and pids.
+    measuring: Option<(u64, Vec<i32>)>,
     events: Vec<Event>,
 }
 
@@ -94,7 +95,7 @@ impl Shell {
                     Action::Signal { pgid, signal } => self.signals.push((pgid, signal)),
                     Action::Check(order) => self.checks.push(order),
                     Action::CancelCheck { pid } => self.cancelled.push(pid),
-                    Action::MeasureMemory { pids } => self.measuring = Some(pids),
+                    Action::MeasureMemory { round, pids } => self.measuring = Some((round, pids)),
                     Action::Report(event) => self.events.push(event),
                     _ => {}
                 }
@@ -433,13 +434,15 @@ fn over_max_memory_is_replaced_first_and_measured_every_memory_check() {
     shell.advance(Duration::from_millis(4999));
     assert_eq!(shell.measuring, None);
     shell.advance(Duration::from_millis(1));
-    let pids = shell.measuring.take().unwrap();
+    let (round, pids) = shell.measuring.take().unwrap();
     assert_eq!(pids, [100, 101]);
     // No second measurement while one is out.
     shell.advance(Duration::from_secs(5));
     assert_eq!(shell.measuring, None);
     let usage = vec![(100, 999), (101, 1001)];
-    shell.core.input(Input::MemoryMeasured { usage }, shell.now);
+    shell
+        .core
+        .input(Input::MemoryMeasured { round, usage }, shell.now);
     shell.settle();
     assert!(shell.events.iter().any(|e| matches!(
         e,
@@ -564,8 +567,22 @@ fn memory_is_measured_once_at_a_time_and_a_lost_answer_is_not_waited_for_forever
     }
     // …until the answer counts as lost.
     shell.advance(Duration::from_secs(5));
-    assert!(shell.measuring.is_some());
+    let (round, pids) = shell.measuring.take().unwrap();
+    assert_eq!(round, 2);
     assert!(shell.core.next_wake() > shell.now, "no busy loop meanwhile");
+    // The lost one's answer, late, is not taken for the one out now.
+    let stale = Input::MemoryMeasured {
+        round: 1,
+        usage: vec![(pids[0], 10_000)],
+    };
+    shell.core.input(stale, shell.now);
+    shell.settle();
+    assert_eq!(
+        shell.count(|e| matches!(e, Event::MemoryExceeded { .. })),
+        0
+    );
+    shell.advance(Duration::from_secs(5));
+    assert_eq!(shell.measuring, None, "round 2 is still out");
 }
 
 #[test]
