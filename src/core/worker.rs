@@ -166,7 +166,12 @@ impl Worker {
             return Err(self.refuse("spawned"));
         }
         self.status_text = None;
-        self.health = Health::default();
+        // Check numbers go on across processes: a late answer meant for
+        // the last one can never pass for one of this one.
+        self.health = Health {
+            checks: self.health.checks,
+            ..Health::default()
+        };
         self.watchdog = None;
         self.ready_extended_to = None;
         self.recycle = None;

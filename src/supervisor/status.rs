@@ -104,8 +104,7 @@ impl<E: Effects> Supervisor<E> {
 fn health(worker: &Worker, threshold: u32) -> String {
     let failures = worker.health.failures;
     let last = worker.health.last_failure.as_deref().unwrap_or("");
-    let answered = worker.health.checks - u64::from(worker.health.in_flight.is_some());
-    if !worker.state.is_ready() || answered == 0 {
+    if !worker.state.is_ready() || !worker.health.answered {
         "-".to_string()
     } else if worker.recycle.is_some() && failures >= threshold {
         format!("unhealthy ({failures}/{threshold}: {last})")

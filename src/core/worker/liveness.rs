@@ -25,10 +25,13 @@ pub struct Health {
     pub last_failure: Option<String>,
     /// The check in flight: its number and when it started.
     pub in_flight: Option<(u64, Instant)>,
-    /// Numbers the checks of this worker, so a late answer is told apart.
+    /// Numbers the checks of this worker (across its processes), so a late
+    /// answer is told apart.
     pub checks: u64,
     /// When the next check is due; `None`: one `every` after ready.
     pub next_check: Option<Instant>,
+    /// A check of the current process has been answered.
+    pub answered: bool,
 }
 
 /// systemd's watchdog over the current process, armed once it is ready.
@@ -100,6 +103,7 @@ impl Worker {
         }
         let ready = *ready;
         self.health.in_flight = None;
+        self.health.answered = true;
         if passed {
             let recovered = self.health.failures > 0;
             self.health.failures = 0;
