@@ -1,12 +1,13 @@
 //! What instances use — CPU time and memory — measured off the loop thread,
 //! for `status` and for `max_memory`.
 //!
-//! An instance with a cgroup is measured by it: every process it started,
-//! escaped from its group or not. Its memory is the cgroup's
-//! `memory.current` where the memory controller is on in our subtree, else
-//! the sum of the RSS of the processes in it (one small read each). An
-//! instance without a cgroup is its process group, from one pass over
-//! /proc.
+//! An instance with a cgroup is measured by it: its CPU time from
+//! `cpu.stat`, its memory from `memory.current` where the memory controller
+//! is on in our subtree. Without the controller, `max_memory` sums the RSS
+//! of every process in the cgroup (escaped ones too: a small read each),
+//! while `status`, which must stay quick over thousands of instances, takes
+//! the RSS of the process group from its one pass over /proc. An instance
+//! without a cgroup is its process group.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -23,7 +24,8 @@ fn memory_controller<'a>(mut cgroups: impl Iterator<Item = &'a Path>) -> bool {
         .is_some_and(cgroup::memory_enabled)
 }
 
-/// The memory of the instance in `cgroup`.
+/// The memory of the instance in `cgroup`: its `memory.current`, else the
+/// RSS of every process in it.
 fn cgroup_memory(cgroup: &Path, controller: bool) -> u64 {
     match controller.then(|| cgroup::memory_current(cgroup)).flatten() {
         Some(bytes) => bytes,
@@ -36,6 +38,12 @@ fn cgroup_memory(cgroup: &Path, controller: bool) -> u64 {
 
 /// Every instance's CPU time and memory, by leader pid; `cgroups` are
 /// those of the instances that have one.
+///
+/// For `status`, which must stay quick with thousands of instances: CPU
+/// from `cpu.stat` (one read), memory from `memory.current` where the
+/// memory controller is on, else the RSS of the process group from the one
+/// pass over /proc (a process that left its group is not counted here;
+/// `max_memory`'s [`memory`] counts it).
 pub fn all(cgroups: &[(i32, PathBuf)]) -> HashMap<i32, GroupUsage> {
     let mut usage = procfs::group_usage();
     let ticks = procfs::ticks_per_second();
@@ -43,7 +51,9 @@ pub fn all(cgroups: &[(i32, PathBuf)]) -> HashMap<i32, GroupUsage> {
     for (pgid, cgroup) in cgroups {
         let entry = usage.entry(*pgid).or_default();
         entry.cpu_ticks = cgroup::cpu_usec(cgroup) * ticks / 1_000_000;
-        entry.rss_bytes = cgroup_memory(cgroup, controller);
+        if let Some(bytes) = controller.then(|| cgroup::memory_current(cgroup)).flatten() {
+            entry.rss_bytes = bytes;
+        }
     }
     usage
 }
