@@ -273,7 +273,16 @@ pub fn serve(read: OwnedFd, orders: &Orders) {
 
 /// Kill every instance cgroup, remove the tree, and leave it ourselves.
 fn clear_cgroups(root: &Path, base: &Path) {
-    cgroup::clear(&root.join("instances"));
+    // A worker the spawner was cloning into its cgroup when the supervisor
+    // died lands after the first look: look again until the tree is gone.
+    let instances = root.join("instances");
+    for _ in 0..TOKEN_ROUNDS {
+        cgroup::clear(&instances);
+        if !instances.exists() {
+            break;
+        }
+        std::thread::sleep(TOKEN_ROUND_PAUSE);
+    }
     // Out of the supervisor's leaf, so that it can go too.
     let _ = cgroup::enter(base, std::process::id());
     let supervisor = root.join("supervisor");
