@@ -9,6 +9,7 @@
 //! which drives the real [`crate::supervisor::Supervisor`] through it.
 
 pub mod cgroup;
+pub mod checks;
 pub mod control;
 pub mod fake;
 pub mod groups;

@@ -1,6 +1,7 @@
 //! The real [`Effects`]: fork+exec, `killpg`, `waitpid`, the socket registry,
 //! and what each process gets besides: its output pumps, its exec-status
-//! watch, its readiness probe, its place in the undertaker's list.
+//! watch, its readiness probe, its place in the undertaker's list; liveness
+//! checks ([`super::checks`]) and memory measurements.
 //!
 //! A child's exec status (EOF: the program runs; eight bytes: the stage and
 //! errno that failed) is watched by a small task per spawn, which reports on
@@ -22,8 +23,9 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 use tracing::{error, warn};
 
+use super::checks::{Checks, Launcher};
 use super::control::LogHub;
-use super::groups::{self, Groups};
+use super::groups::Groups;
 use super::output::{self, LogFormat, LogSink, Source, Stream};
 use super::probe;
 use super::sockets::{BindError, SocketRegistry};
@@ -34,7 +36,7 @@ use super::undertaker::Undertaker;
 use super::usage;
 use super::{CheckAnswer, Effects, Reaped, SpawnFailure};
 use crate::core::worker::{Exit, StartError, StartStage};
-use crate::core::{CheckOrder, CheckTarget, SpawnOrder};
+use crate::core::{CheckOrder, SpawnOrder};
 use crate::spec::{ListenAddress, Readiness, SocketKey};
 
 /// How long the last reap of killed adopted processes may take at shutdown.
@@ -56,27 +58,6 @@ pub struct Reports {
     /// What instances use in memory: the measurement's round, and
     /// `(leader pid, bytes)`.
     pub memory: mpsc::Sender<(u64, Vec<(i32, u64)>)>,
-}
-
-/// A liveness check that runs.
-enum RunningCheck {
-    /// A tcp or http check: a task.
-    Task(tokio::task::AbortHandle),
-    /// An `exec` check: its process (answered when it is reaped).
-    Process(i32),
-}
-
-/// The process of an `exec` liveness check.
-struct CheckProcess {
-    /// The leader of the worker checked, and the check's number.
-    worker: i32,
-    check: u64,
-    /// Its exec-status pipe: why it could not run, if it could not.
-    status: OwnedFd,
-    /// Its own cgroup or token: what it leaves behind is killed with it.
-    placement: super::groups::Placement,
-    /// Cancelled (timed out, or its worker stops): killed, and not answered.
-    cancelled: bool,
 }
 
 /// What the real effects need from the start-up.
@@ -122,12 +103,8 @@ pub struct System {
     /// Reaped before their exec status was read: `pid → exit`.
     deferred: HashMap<i32, Exit>,
     reports: Reports,
-    /// Liveness checks that run, by the leader of the worker checked.
-    checks: HashMap<i32, RunningCheck>,
-    /// The processes of `exec` checks, by their pid.
-    check_processes: HashMap<i32, CheckProcess>,
-    /// Answers of `exec` checks reaped, for the loop to take.
-    check_answers: Vec<CheckAnswer>,
+    /// The liveness checks that run.
+    checks: Checks,
 }
 
 impl System {
@@ -139,10 +116,8 @@ impl System {
             sockets,
             processes: HashMap::new(),
             deferred: HashMap::new(),
+            checks: Checks::new(reports.checks.clone()),
             reports,
-            checks: HashMap::new(),
-            check_processes: HashMap::new(),
-            check_answers: Vec::new(),
         }
     }
 
@@ -239,86 +214,6 @@ impl System {
                 Exec::Known(None)
             }
         }
-    }
-
-    /// Start the process of an `exec` check: as the worker (its cwd,
-    /// environment and user), in a process group and a cgroup (or with a
-    /// token) of its own — so it neither counts toward the instance's
-    /// memory nor leaves anything behind — with its output on /dev/null.
-    fn start_check_process(
-        &mut self,
-        order: &CheckOrder,
-        argv: &[crate::spec::Template],
-        definition: &crate::spec::ProcessDefinition,
-    ) -> Result<i32, String> {
-        let process = crate::spec::ProcessDefinition {
-            argv: argv.to_vec(),
-            program: None,
-            shell: false,
-            listen: Vec::new(),
-            watchdog: None,
-            ..definition.clone()
-        };
-        let placement = self
-            .groups
-            .place(&order.app, order.slot)
-            .map_err(|e| format!("cannot create the check's cgroup: {e}"))?;
-        let request = SpawnRequest {
-            app: &order.app,
-            slot: order.slot,
-            process: &process,
-            readiness: &Readiness::Immediate,
-            listen_fds: &[],
-            listen_bound: &[],
-            notify_socket: None,
-            base_env: &self.setup.base_env,
-            nofile_soft: self.setup.nofile_soft,
-            run_token: placement.token.as_deref(),
-        };
-        let cgroup = placement.cgroup.as_ref().map(|(_, fd)| fd.as_raw_fd());
-        match spawn::spawn_quiet(&request, &mut self.setup.spawner, cgroup) {
-            Ok((pid, status)) => {
-                let check = CheckProcess {
-                    worker: order.pid,
-                    check: order.check,
-                    status,
-                    placement,
-                    cancelled: false,
-                };
-                self.check_processes.insert(pid, check);
-                Ok(pid)
-            }
-            Err(error) => {
-                self.groups.discard(placement);
-                Err(format!("cannot start the check: {error}"))
-            }
-        }
-    }
-
-    /// The process of an `exec` check was reaped: its answer, unless it
-    /// was cancelled.
-    fn check_process_ended(&mut self, pid: i32, process: CheckProcess, exit: Exit) {
-        // Only if it is still this process that runs for the worker: one
-        // killed at its timeout may be reaped after the next check started.
-        if matches!(self.checks.get(&process.worker), Some(RunningCheck::Process(p)) if *p == pid) {
-            self.checks.remove(&process.worker);
-        }
-        let status = spawn::read_status(&process.status);
-        self.groups.discard(process.placement);
-        if process.cancelled {
-            return;
-        }
-        let (passed, detail) = match (status, exit) {
-            (ExecStatus::Failed(error), _) => (false, format!("could not run: {error}")),
-            (_, Exit::Code(0)) => (true, String::new()),
-            (_, exit) => (false, exit.to_string()),
-        };
-        self.check_answers.push(CheckAnswer {
-            pid: process.worker,
-            check: process.check,
-            passed,
-            detail,
-        });
     }
 
     fn start_probe(&self, order: &SpawnOrder, pid: i32) -> Option<tokio::task::AbortHandle> {
@@ -460,8 +355,7 @@ impl Effects for System {
                 }
                 continue;
             }
-            if let Some(process) = self.check_processes.remove(&pid) {
-                self.check_process_ended(pid, process, exit);
+            if self.checks.reaped(pid, exit, &mut self.groups) {
                 self.groups.reaped();
                 continue;
             }
@@ -532,58 +426,21 @@ impl Effects for System {
     }
 
     fn check(&mut self, order: &CheckOrder) {
-        let running = match &order.target {
-            CheckTarget::Probe(probe) => {
-                let (probe, timeout, report) =
-                    (probe.clone(), order.timeout, self.reports.checks.clone());
-                let (pid, check) = (order.pid, order.check);
-                let task = tokio::spawn(async move {
-                    let result = probe::check(&probe, timeout).await;
-                    let answer = CheckAnswer {
-                        pid,
-                        check,
-                        passed: result.is_ok(),
-                        detail: result.err().unwrap_or_default(),
-                    };
-                    let _ = report.send(answer).await;
-                });
-                RunningCheck::Task(task.abort_handle())
-            }
-            CheckTarget::Exec { argv, definition } => {
-                match self.start_check_process(order, argv, definition) {
-                    Ok(pid) => RunningCheck::Process(pid),
-                    Err(detail) => {
-                        self.check_answers.push(CheckAnswer {
-                            pid: order.pid,
-                            check: order.check,
-                            passed: false,
-                            detail,
-                        });
-                        return;
-                    }
-                }
-            }
+        let launcher = Launcher {
+            groups: &mut self.groups,
+            spawner: &mut self.setup.spawner,
+            base_env: &self.setup.base_env,
+            nofile_soft: self.setup.nofile_soft,
         };
-        self.checks.insert(order.pid, running);
+        self.checks.start(order, launcher);
     }
 
     fn cancel_check(&mut self, pid: i32) {
-        match self.checks.remove(&pid) {
-            Some(RunningCheck::Task(task)) => task.abort(),
-            Some(RunningCheck::Process(process)) => {
-                if let Some(running) = self.check_processes.get_mut(&process) {
-                    running.cancelled = true;
-                    // Not reaped yet (it is still in the map), so the pid is
-                    // still its group's.
-                    groups::killpg(process, libc::SIGKILL);
-                }
-            }
-            None => {}
-        }
+        self.checks.cancel(pid);
     }
 
     fn take_check_answers(&mut self) -> Vec<CheckAnswer> {
-        std::mem::take(&mut self.check_answers)
+        self.checks.take_answers()
     }
 
     fn measure_memory(&mut self, round: u64, pids: Vec<i32>) {
