@@ -161,12 +161,7 @@ apps:
 }
 
 fn supervise_status(s: &Supervised) -> Value {
-    let output = std::process::Command::new(common::binary())
-        .current_dir(s.dir.path())
-        .env("XDG_RUNTIME_DIR", common::runtime_dir(s.dir.path()))
-        .args(["status", "--json", "-f", "ecosystem.yaml"])
-        .output()
-        .expect("status runs");
+    let output = common::run_client(s, &["status", "--json"]);
     serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
         panic!(
             "status --json: {e}: {}",
@@ -403,16 +398,29 @@ apps:
     command: sleep 1000
     ready: none
     max_memory: 40MB
-    health: {{exec: "setsid python3 -c 'import time; b = bytearray(60 << 20); b[::4096] = b\"x\" * len(b[::4096]); time.sleep(1000)' {token} & sleep 0.3; exit 0", every: 100ms, timeout: 1s, failures: 3}}
+    health: {{exec: "echo run >> runs; setsid python3 -c 'import time; b = bytearray(60 << 20); b[::4096] = b\"x\" * len(b[::4096]); time.sleep(1000)' {token} & sleep 0.3; exit 0", every: 100ms, timeout: 1s, failures: 3}}
 "#
     );
     let mut s = Supervised::start(&yaml);
     s.wait_count("spawned", "worker", 1);
     // Checks pass and leave a 60 MB daemon behind each time: it is killed
-    // with its check, and never counted in the instance's 40 MB.
-    std::thread::sleep(Duration::from_secs(3));
+    // with its check, and never counted in the instance's 40 MB. Watched
+    // over 8 checks (each writes a line to `runs`).
+    let runs = || {
+        std::fs::read_to_string(s.path("runs"))
+            .map(|r| r.lines().count())
+            .unwrap_or(0)
+    };
     assert!(
-        common::with_argument(&token).len() <= 1,
+        eventually(WAIT, || runs() >= 8),
+        "only {} checks ran",
+        runs()
+    );
+    // At most the running check's daemon (the last one's may be dying).
+    assert!(
+        eventually(Duration::from_secs(2), || common::with_argument(&token)
+            .len()
+            <= 1),
         "leftovers of checks: {:?}",
         common::with_argument(&token)
     );

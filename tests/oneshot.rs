@@ -10,17 +10,12 @@ use common::Supervised;
 use serde_json::Value;
 
 fn status(s: &Supervised, json: bool) -> String {
-    let mut args = vec!["status", "-f", "ecosystem.yaml"];
-    if json {
-        args.push("--json");
-    }
-    let output = std::process::Command::new(common::binary())
-        .current_dir(s.dir.path())
-        .env("XDG_RUNTIME_DIR", common::runtime_dir(s.dir.path()))
-        .args(&args)
-        .output()
-        .expect("status runs");
-    String::from_utf8_lossy(&output.stdout).into_owned()
+    let args: &[&str] = if json {
+        &["status", "--json"]
+    } else {
+        &["status"]
+    };
+    String::from_utf8_lossy(&common::run_client(s, args).stdout).into_owned()
 }
 
 /// Save `yaml` as an editor does (a new file renamed over the old one).
@@ -83,12 +78,7 @@ fn a_one_shot_completes_counts_as_done_and_runs_again_only_for_a_new_definition(
     s.wait_line("migrated-again");
     assert_eq!(s.count("spawned", "migrate"), 2);
     // `reload` runs it once more, and returns once it has completed.
-    let reload = std::process::Command::new(common::binary())
-        .current_dir(s.dir.path())
-        .env("XDG_RUNTIME_DIR", common::runtime_dir(s.dir.path()))
-        .args(["reload", "migrate", "-f", "ecosystem.yaml"])
-        .output()
-        .expect("reload runs");
+    let reload = common::run_client(&s, &["reload", "migrate"]);
     assert!(
         reload.status.success(),
         "{}{}",
@@ -103,20 +93,7 @@ fn a_one_shot_completes_counts_as_done_and_runs_again_only_for_a_new_definition(
     s.wait_count("spawned", "migrate", 3);
     s.wait_count("exited", "migrate", 3);
     // `scale` of a one-shot returns once the new instance has run.
-    let scale = std::process::Command::new(common::binary())
-        .current_dir(s.dir.path())
-        .env("XDG_RUNTIME_DIR", common::runtime_dir(s.dir.path()))
-        .args([
-            "scale",
-            "migrate",
-            "2",
-            "-f",
-            "ecosystem.yaml",
-            "--timeout",
-            "10s",
-        ])
-        .output()
-        .expect("scale runs");
+    let scale = common::run_client(&s, &["scale", "migrate", "2", "--timeout", "10s"]);
     assert!(
         scale.status.success(),
         "{}{}",

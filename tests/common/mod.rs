@@ -419,6 +419,18 @@ pub fn listening_port(s: &mut Supervised) -> u16 {
         .unwrap()
 }
 
+/// Run `supervise ARGS --file ecosystem.yaml` as a client of the supervisor of
+/// `s` (its directory and runtime directory), and wait for it.
+pub fn run_client(s: &Supervised, args: &[&str]) -> std::process::Output {
+    Command::new(binary())
+        .current_dir(s.dir.path())
+        .env("XDG_RUNTIME_DIR", runtime_dir(s.dir.path()))
+        .args(args)
+        .args(["--file", "ecosystem.yaml"])
+        .output()
+        .expect("the client runs")
+}
+
 /// Whether `systemd-notify` is installed (`.ci/run` installs it).
 pub fn has_systemd_notify() -> bool {
     Command::new("systemd-notify")

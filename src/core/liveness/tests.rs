@@ -48,16 +48,20 @@ fn app(instances: u32) -> AppSpec {
     spec
 }
 
+/// The file with `spec` as its one app.
+fn desired(spec: AppSpec) -> Desired {
+    Desired {
+        source: "/srv/ecosystem.yaml".into(),
+        apps: vec![spec],
+        memory_check: Duration::from_secs(5),
+    }
+}
+
 impl Shell {
     fn new(spec: AppSpec) -> Shell {
         let now = Instant::now();
-        let desired = Desired {
-            source: "/srv/ecosystem.yaml".into(),
-            apps: vec![spec],
-            memory_check: Duration::from_secs(5),
-        };
         let mut shell = Shell {
-            core: Core::new(&desired, 1000, now),
+            core: Core::new(&desired(spec), 1000, now),
             now,
             next_pid: 100,
             checks: Vec::new(),
@@ -102,6 +106,17 @@ impl Shell {
             }
         }
         panic!("the core did not settle");
+    }
+
+    /// A new version of the file with `spec` as its one app.
+    fn edit(&mut self, spec: AppSpec) {
+        let apply = Input::Apply {
+            desired: desired(spec),
+            unbound: Vec::new(),
+            trigger: "edit".into(),
+        };
+        self.core.input(apply, self.now);
+        self.settle();
     }
 
     fn advance(&mut self, by: Duration) {
@@ -359,18 +374,7 @@ fn an_unhealthy_replacement_during_a_rollout_halts_it() {
     let mut shell = Shell::new(spec.clone());
     // A new generation: slot 0 is replaced, slot 1 still runs the old one.
     spec.process.env = vec![("VERSION".into(), Template::literal("2"))];
-    let desired = Desired {
-        source: "/srv/ecosystem.yaml".into(),
-        apps: vec![spec],
-        memory_check: Duration::from_secs(5),
-    };
-    let apply = Input::Apply {
-        desired,
-        unbound: Vec::new(),
-        trigger: "edit".into(),
-    };
-    shell.core.input(apply, shell.now);
-    shell.settle();
+    shell.edit(spec);
     let app = shell.core.app("web").unwrap();
     let replacement = app
         .workers
@@ -613,18 +617,7 @@ fn a_health_edit_cancels_the_check_in_flight_and_counts_afresh() {
     shell.advance(Duration::from_secs(1));
     assert_eq!(shell.checks.len(), 1, "a second check in flight");
     spec.health = Some(health(1, Duration::ZERO));
-    let desired = Desired {
-        source: "/srv/ecosystem.yaml".into(),
-        apps: vec![spec],
-        memory_check: Duration::from_secs(5),
-    };
-    let apply = Input::Apply {
-        desired,
-        unbound: Vec::new(),
-        trigger: "edit".into(),
-    };
-    shell.core.input(apply, shell.now);
-    shell.settle();
+    shell.edit(spec);
     assert_eq!(shell.cancelled, [100]);
     // The old check's answer is not counted against the new settings.
     shell.answer(false);
