@@ -357,6 +357,15 @@ mod tests {
         let pid = child.id() as i32;
         assert!(adopted(&HashSet::new()).contains(&pid));
         assert!(!adopted(&HashSet::from([pid])).contains(&pid));
+        // `spawn` returns once the new program's memory is in place, which is
+        // before the kernel has written its environment there: until then
+        // /proc/PID/environ reads empty (seen once in CI). Wait for it.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|e| e.is_empty())
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         assert_eq!(run_token(pid).as_deref(), Some("abc.7"));
         let mut child = child;
         let _ = child.kill();
