@@ -59,6 +59,13 @@ pub struct AppSpec {
     pub max_memory: Option<u64>,
     /// The signal a missed watchdog deadline sends (then `kill_timeout`).
     pub watchdog_signal: Signal,
+    /// Apps whose state must meet a condition before this one starts a
+    /// process (in file order; no cycles, every name an app of the file).
+    pub depends_on: Vec<Dependency>,
+    /// What a dependency whose instances were all replaced does to this app.
+    pub on_dependency_restart: OnDependencyRestart,
+    /// Runs at times instead of for ever (then `instances` is 1).
+    pub schedule: Option<ScheduleSpec>,
 }
 
 impl AppSpec {
@@ -97,6 +104,9 @@ impl AppSpec {
             health: None,
             max_memory: None,
             watchdog_signal: Signal::SIGABRT,
+            depends_on: Vec::new(),
+            on_dependency_restart: OnDependencyRestart::Ignore,
+            schedule: None,
         }
     }
 
@@ -412,6 +422,79 @@ pub enum HealthCheck {
     /// A command (argv) run in the worker's cwd, environment and user, in a
     /// process group of its own; exit 0 is healthy.
     Exec(Vec<Template>),
+}
+
+/// One entry of `depends_on`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dependency {
+    pub app: String,
+    pub condition: Condition,
+}
+
+/// What a dependency must be before its dependent starts a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Condition {
+    /// Every wanted instance has a process that ran its program.
+    Started,
+    /// Every wanted instance is ready (the default).
+    Ready,
+    /// Every wanted instance is ready and passed a liveness check since.
+    Healthy,
+    /// Every wanted instance of a one-shot exited 0.
+    Completed,
+}
+
+impl Condition {
+    pub fn name(self) -> &'static str {
+        match self {
+            Condition::Started => "started",
+            Condition::Ready => "ready",
+            Condition::Healthy => "healthy",
+            Condition::Completed => "completed",
+        }
+    }
+}
+
+/// `on_dependency_restart`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnDependencyRestart {
+    /// Keep running.
+    Ignore,
+    /// Replace every instance, rolling, once the dependency meets its
+    /// condition again with all of its instances replaced.
+    Restart,
+}
+
+/// `schedule` with `overlap` and `run_on_start`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScheduleSpec {
+    pub when: When,
+    pub overlap: Overlap,
+    /// Run once as soon as the app is started, before the first tick.
+    pub run_on_start: bool,
+}
+
+/// When a scheduled app runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum When {
+    /// `{every: 10m}`: every period from the time the app was started.
+    Every(Duration),
+    /// A 5-field cron expression, evaluated in `timezone`.
+    Cron {
+        cron: croner::Cron,
+        timezone: chrono_tz::Tz,
+    },
+}
+
+/// What a tick does while the previous run still goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overlap {
+    /// Nothing: the tick is skipped (the default).
+    Skip,
+    /// The run starts when the current one ends (one waits at most).
+    Queue,
+    /// The current run is stopped; the new one starts once it is gone.
+    Replace,
 }
 
 /// Delays between restarts: `min(initial * factor^(n-1), max)`.

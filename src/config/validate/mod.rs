@@ -255,6 +255,9 @@ impl AppContext<'_> {
             health,
             max_memory,
             watchdog_signal: watchdog_signal?,
+            depends_on: Vec::new(),
+            on_dependency_restart: crate::spec::OnDependencyRestart::Ignore,
+            schedule: None,
         })
     }
 
