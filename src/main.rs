@@ -73,6 +73,9 @@ fn main() -> ExitCode {
                 },
             )
         }),
+        Some(Command::Trigger { app }) => {
+            with_socket(&|s| client::simple(s, Request::Trigger { app: app.clone() }))
+        }
         Some(Command::Scale {
             app,
             count,

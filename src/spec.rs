@@ -476,6 +476,10 @@ pub struct ScheduleSpec {
 
 /// When a scheduled app runs.
 #[derive(Debug, Clone, PartialEq)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per scheduled app, read where it is: a box would only add a pointer"
+)]
 pub enum When {
     /// `{every: 10m}`: every period from the time the app was started.
     Every(Duration),
@@ -484,6 +488,23 @@ pub enum When {
         cron: croner::Cron,
         timezone: chrono_tz::Tz,
     },
+}
+
+impl When {
+    /// The first cron time strictly after `wall`, in the schedule's timezone
+    /// (`None` for `every`, which counts on the monotonic clock, and for an
+    /// expression that matches no time to come). A local time that a DST
+    /// change skips or repeats is handled as croner documents it.
+    pub fn next_cron_after(&self, wall: std::time::SystemTime) -> Option<std::time::SystemTime> {
+        let When::Cron { cron, timezone } = self else {
+            return None;
+        };
+        let utc: chrono::DateTime<chrono::Utc> = wall.into();
+        let next = cron
+            .find_next_occurrence(&utc.with_timezone(timezone), false)
+            .ok()?;
+        Some(next.with_timezone(&chrono::Utc).into())
+    }
 }
 
 /// What a tick does while the previous run still goes.
@@ -556,6 +577,53 @@ pub mod defaults {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `at` as seconds since the epoch, from a UTC date and time.
+    fn utc(text: &str) -> std::time::SystemTime {
+        humantime::parse_rfc3339(text).unwrap()
+    }
+
+    fn cron(expression: &str, timezone: chrono_tz::Tz) -> When {
+        When::Cron {
+            cron: std::str::FromStr::from_str(expression).unwrap(),
+            timezone,
+        }
+    }
+
+    /// croner's documented DST rules, pinned on America/New_York in 2026
+    /// (spring forward 2026-03-08 02:00 → 03:00, fall back 2026-11-01
+    /// 02:00 → 01:00): a fixed time in the gap runs at the first time
+    /// after it the same day; a fixed time in the repeated hour runs once.
+    #[test]
+    fn cron_times_across_daylight_saving_changes() {
+        let new_york = chrono_tz::America::New_York;
+        let gap = cron("30 2 * * *", new_york);
+        // 03:00 EDT = 07:00 UTC: the first valid time after the gap.
+        assert_eq!(
+            gap.next_cron_after(utc("2026-03-08T05:00:00Z")),
+            Some(utc("2026-03-08T07:00:00Z"))
+        );
+        // The day after, 02:30 EDT again.
+        assert_eq!(
+            gap.next_cron_after(utc("2026-03-08T07:00:00Z")),
+            Some(utc("2026-03-09T06:30:00Z"))
+        );
+        let repeated = cron("30 1 * * *", new_york);
+        // 01:30 EDT (05:30 UTC) runs; 01:30 EST an hour later does not.
+        assert_eq!(
+            repeated.next_cron_after(utc("2026-11-01T04:00:00Z")),
+            Some(utc("2026-11-01T05:30:00Z"))
+        );
+        assert_eq!(
+            repeated.next_cron_after(utc("2026-11-01T05:30:00Z")),
+            Some(utc("2026-11-02T06:30:00Z"))
+        );
+        // `every` is not on the wall clock.
+        assert_eq!(
+            When::Every(Duration::from_secs(1)).next_cron_after(utc("2026-11-01T05:30:00Z")),
+            None
+        );
+    }
 
     #[test]
     fn template_expands_instance_and_offsets() {

@@ -444,6 +444,7 @@ fn ten_thousand_instances_reconcile_quickly_and_app_by_app() {
         rollout_halted: false,
         recreate: false,
         winding_down: false,
+        may_start: true,
     };
     for (spec, workers) in &fleet {
         assert!(reconcile(target(spec), workers, t0).steps.is_empty());

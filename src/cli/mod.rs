@@ -129,6 +129,11 @@ pub enum Command {
         /// APP or APP.N
         target: String,
     },
+    /// Start a run of a scheduled app now (its `overlap` applies while one goes).
+    Trigger {
+        /// The scheduled app.
+        app: String,
+    },
     /// Set an app's instance count *in the file* (N, +N or -N) and wait until
     /// the running count matches.
     Scale {

@@ -8,7 +8,7 @@ mod status;
 
 use serde::{Deserialize, Serialize};
 
-pub use status::{AppStatus, Rollout, StatusReply, WorkerStatus};
+pub use status::{AppStatus, Rollout, ScheduleStatus, StatusReply, WorkerStatus};
 
 /// The protocol version this supervisor speaks.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -29,6 +29,8 @@ pub enum Command {
     Stop { target: String },
     /// Release a held app or instance.
     Start { target: String },
+    /// Start a run of a scheduled app now.
+    Trigger { app: String },
     /// The last lines of output, then (with `follow`) new ones as they come.
     Logs {
         #[serde(default)]
@@ -135,6 +137,9 @@ mod tests {
             },
             Command::Start {
                 target: "web".into(),
+            },
+            Command::Trigger {
+                app: "nightly".into(),
             },
         ] {
             let line = serde_json::to_vec(&Request::new(command.clone())).unwrap();

@@ -54,7 +54,34 @@ pub struct AppStatus {
     /// The version of the app's process definition.
     pub generation: u64,
     pub rollout: Rollout,
+    /// Why it starts nothing while its dependencies are not met:
+    /// `waiting for db (ready)`, `held: migrate exited with code 1`.
+    #[serde(default)]
+    pub waiting: Option<String>,
+    /// A scheduled app's runs.
+    #[serde(default)]
+    pub schedule: Option<ScheduleStatus>,
     pub workers: Vec<WorkerStatus>,
+}
+
+/// The runs of a scheduled app.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScheduleStatus {
+    /// When the next tick is due (RFC 3339, UTC), if one is.
+    pub next_run: Option<String>,
+    /// Seconds until then.
+    pub next_in_s: Option<f64>,
+    /// A run is going (or armed, about to start).
+    pub running: bool,
+    /// Runs queued behind it (`overlap: queue`).
+    pub queued: u32,
+    /// How the last run ended: `exit 0`, `exited with code 1`.
+    pub last_result: Option<String>,
+    pub last_ok: Option<bool>,
+    /// How long the last run took, in seconds.
+    pub last_took_s: Option<f64>,
+    /// Seconds since the last run ended.
+    pub last_ended_s: Option<f64>,
 }
 
 /// How far replacing the app's instances with the current generation got.

@@ -24,6 +24,16 @@ pub struct App {
     pub recreate: bool,
     /// Removed from the file: stopping, then forgotten.
     pub removed: bool,
+    /// Whether its dependencies let it start processes.
+    pub gate: super::dependencies::Gate,
+    /// `on_dependency_restart: restart`: the processes of each dependency
+    /// when they last met its condition.
+    pub(super) dependency_seen:
+        HashMap<String, std::collections::BTreeSet<super::dependencies::Incarnation>>,
+    /// Stopping everything: removed, or shutting down with no dependent left.
+    pub(super) winding_down: bool,
+    /// A scheduled app's runs.
+    pub runs: Option<super::schedule::Runs>,
     pub(super) dirty: bool,
     pub(super) wake_at: Option<Instant>,
 }
@@ -38,6 +48,10 @@ impl App {
             rollout_halted: false,
             recreate: false,
             removed: false,
+            gate: Default::default(),
+            dependency_seen: HashMap::new(),
+            winding_down: false,
+            runs: None,
             dirty: true,
             wake_at: None,
         }
@@ -87,6 +101,10 @@ impl App {
     /// Every wanted slot has a ready worker.
     /// (A one-shot that completed counts: it did what it is there for.)
     pub(super) fn all_ready(&self) -> bool {
+        if self.spec.schedule.is_some() {
+            // It runs at times: nothing to be ready for.
+            return true;
+        }
         let mut ready: Vec<u32> = self
             .workers
             .values()

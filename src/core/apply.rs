@@ -81,9 +81,15 @@ impl Core {
                         .apps
                         .entry(name.clone())
                         .or_insert_with(|| App::new(spec));
-                    if app.spec != *spec || app.removed {
+                    if app.spec.schedule != spec.schedule {
+                        // A new schedule counts from now; a run that goes
+                        // goes on.
+                        app.runs = app.runs.take().map(|runs| runs.rescheduled());
+                    }
+                    if (app.spec != *spec || app.removed) && spec.schedule.is_none() {
                         // A failed, exited or held worker gets a fresh start
-                        // when its app's definition changes, and only then.
+                        // when its app's definition changes, and only then
+                        // (a scheduled app's runs start on its schedule).
                         for worker in app.workers.values_mut() {
                             if matches!(worker.state, State::Failed | State::Exited | State::Held) {
                                 let _ = worker.revive();

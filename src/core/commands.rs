@@ -1,5 +1,6 @@
 //! Commands from the control socket that change workers: `reload`,
-//! `restart`, `stop` (hold) and `start` (release).
+//! `restart`, `stop` (hold), `start` (release) and `trigger` (a run of a
+//! scheduled app).
 //!
 //! Each is an input like any other: it moves workers through their state
 //! machine (a running worker is stopped with what to do after the stop; one
@@ -22,6 +23,8 @@ pub enum Order {
     Hold { target: String },
     /// Start what `stop` held.
     Release { target: String },
+    /// Start a run of a scheduled app now (`overlap` applies).
+    Trigger { app: String },
 }
 
 /// What a command did.
@@ -44,6 +47,13 @@ impl Core {
             Order::Restart { target } => self.on_workers(&target, "restart", now),
             Order::Hold { target } => self.on_workers(&target, "stop (held)", now),
             Order::Release { target } => self.on_workers(&target, "start", now),
+            Order::Trigger { app } => {
+                if self.apps.get(&app).is_none_or(|a| a.removed) {
+                    return Err(format!("no app `{app}`"));
+                }
+                let message = self.fire(&app, "trigger", now)?;
+                Ok(Reply::Done { message })
+            }
         }
     }
 

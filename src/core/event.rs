@@ -190,6 +190,55 @@ pub enum Event {
         attempt: u32,
         delay: Duration,
     },
+    /// An app's dependencies are not met: it starts nothing until they are.
+    WaitingFor {
+        app: String,
+        /// `db (ready)`, in file order.
+        on: Vec<String>,
+    },
+    /// Every dependency of the app is met: it may start.
+    DependenciesMet {
+        app: String,
+    },
+    /// A dependency will not meet its condition without a change (it gave
+    /// up, or a one-shot failed): the app is held.
+    DependencyFailed {
+        app: String,
+        dependency: String,
+        reason: String,
+    },
+    /// Every instance of a dependency was replaced (`on_dependency_restart:
+    /// restart`): the app is replaced, rolling, as generation `generation`.
+    DependencyRestarted {
+        app: String,
+        dependency: String,
+        generation: u64,
+    },
+    /// A run of a scheduled app is armed (`why`: `schedule`, `trigger`,
+    /// `start`, `queue`).
+    RunDue {
+        app: String,
+        why: &'static str,
+    },
+    /// A tick or trigger came while a run goes, and `overlap` skips it.
+    RunSkipped {
+        app: String,
+        why: &'static str,
+        reason: String,
+    },
+    /// A tick or trigger came while a run goes: it runs after (`overlap: queue`).
+    RunQueued {
+        app: String,
+        why: &'static str,
+        queued: u32,
+    },
+    /// A run of a scheduled app ended.
+    RunEnded {
+        app: String,
+        result: String,
+        ok: bool,
+        took: Duration,
+    },
     /// A settled app (debug).
     Reconciled {
         app: String,

@@ -20,10 +20,12 @@
 mod app;
 pub mod apply;
 pub mod commands;
+pub mod dependencies;
 pub mod event;
 mod liveness;
 pub mod process;
 pub mod reconcile;
+pub mod schedule;
 mod shutdown;
 pub mod worker;
 
@@ -32,6 +34,9 @@ pub use app::App;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+/// Rounds of looking at gates and reconciling within one convergence (a bug
+/// guard: a chain of dependencies opens one gate per round).
+pub const MAX_GATE_ROUNDS: usize = 256;
 
 use indexmap::IndexMap;
 use nix::sys::signal::Signal;
@@ -252,6 +257,8 @@ pub struct Core {
     measuring: Option<(u64, Instant)>,
     /// Counts the memory measurements ordered.
     memory_rounds: u64,
+    /// The wall clock and the instant it was read at (cron schedules).
+    wall_clock: (std::time::SystemTime, Instant),
 }
 
 impl Core {
@@ -280,6 +287,7 @@ impl Core {
             memory_due: now + desired.memory_check,
             measuring: None,
             memory_rounds: 0,
+            wall_clock: (std::time::UNIX_EPOCH, now),
         }
     }
 
@@ -339,9 +347,14 @@ impl Core {
     /// When the core wants a [`Input::Tick`] at the latest.
     pub fn next_wake(&self) -> Instant {
         let memory = self.memory_wake();
+        let runs = self
+            .apps
+            .values()
+            .filter_map(|a| a.runs.as_ref().and_then(|r| r.next_at));
         self.apps
             .values()
             .filter_map(|a| a.wake_at)
+            .chain(runs)
             .chain(memory)
             .fold(self.last_full_pass + FULL_PASS_INTERVAL, Instant::min)
     }
@@ -435,8 +448,43 @@ impl Core {
     }
 
     /// Reconcile every dirty app until it has nothing left to do, applying
-    /// the steps; the actions they need go to the outbox.
+    /// the steps (the actions they need go to the outbox), and look at the
+    /// gates of dependencies and schedules after each round: what one app
+    /// did may let another start.
     pub fn converge(&mut self, now: Instant) {
+        for round in 1.. {
+            self.update_gates(now);
+            if !self.unsettled() {
+                break;
+            }
+            if round > MAX_GATE_ROUNDS {
+                self.anomaly(format!(
+                    "gates did not settle after {MAX_GATE_ROUNDS} rounds"
+                ));
+                break;
+            }
+            self.reconcile_dirty(now);
+        }
+        let gone: Vec<String> = self
+            .apps
+            .iter()
+            .filter(|(_, app)| app.removed && app.workers.is_empty())
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in gone {
+            self.apps.shift_remove(&name);
+            self.emit(Action::ForgetOutput {
+                app: name,
+                slot: None,
+            });
+            self.emit(Action::SweepSockets);
+        }
+        self.maybe_all_ready();
+    }
+
+    /// Reconcile every dirty app until it has nothing left to do, applying
+    /// the steps.
+    fn reconcile_dirty(&mut self, now: Instant) {
         let dirty: Vec<String> = self
             .apps
             .iter()
@@ -445,6 +493,10 @@ impl Core {
             .collect();
         for name in dirty {
             for pass in 1.. {
+                let Some(app) = self.apps.get(&name) else {
+                    break;
+                };
+                let may_start = self.may_start(app);
                 let Some(app) = self.apps.get_mut(&name) else {
                     break;
                 };
@@ -454,7 +506,8 @@ impl Core {
                     generation: app.generation,
                     rollout_halted: app.rollout_halted,
                     recreate: app.recreate,
-                    winding_down: app.removed || self.phase == Phase::ShuttingDown,
+                    winding_down: app.winding_down,
+                    may_start,
                 };
                 let Plan { mut steps, wake_at } = reconcile::reconcile(target, &app.workers, now);
                 // Starts beyond this turn's budget wait for the next turn,
@@ -490,21 +543,6 @@ impl Core {
                 }
             }
         }
-        let gone: Vec<String> = self
-            .apps
-            .iter()
-            .filter(|(_, app)| app.removed && app.workers.is_empty())
-            .map(|(name, _)| name.clone())
-            .collect();
-        for name in gone {
-            self.apps.shift_remove(&name);
-            self.emit(Action::ForgetOutput {
-                app: name,
-                slot: None,
-            });
-            self.emit(Action::SweepSockets);
-        }
-        self.maybe_all_ready();
     }
 
     /// Carry out one step of a plan.
@@ -680,5 +718,7 @@ impl Core {
     }
 }
 
+#[cfg(test)]
+mod harness;
 #[cfg(test)]
 mod tests;

@@ -66,6 +66,9 @@ pub struct Target<'a> {
     /// The supervisor is shutting down (or the app was removed from the file):
     /// stop everything, start nothing.
     pub winding_down: bool,
+    /// Processes may start: the app's dependencies are met (and, scheduled,
+    /// a run is on). When not, workers wait where they are.
+    pub may_start: bool,
 }
 
 /// Why a worker is being stopped (for the log).
@@ -90,6 +93,8 @@ pub enum StopReason {
     OverMemory,
     /// It missed its watchdog deadline.
     Watchdog,
+    /// A scheduled app's next run replaces it (`overlap: replace`).
+    NextRun,
 }
 
 impl StopReason {
@@ -104,6 +109,7 @@ impl StopReason {
             StopReason::Unhealthy => "unhealthy",
             StopReason::OverMemory => "over max_memory",
             StopReason::Watchdog => "watchdog missed",
+            StopReason::NextRun => "replaced by the next run",
         }
     }
 }
@@ -336,7 +342,8 @@ pub fn reconcile(target: Target<'_>, workers: &Workers, now: Instant) -> Plan {
                 occupied -= 1;
                 continue;
             }
-            drive(worker, spec, now, !rolling || occupied <= limit, &mut plan);
+            let room = !rolling || occupied <= limit;
+            drive(worker, spec, now, target.may_start && room, &mut plan);
             if !halted && worker.last_outcome.is_some() && !worker.state.is_running() {
                 // The replacement of a recycled worker failed (gave up, or
                 // backs off): the broken one does not serve on beside it —
@@ -384,7 +391,13 @@ pub fn reconcile(target: Target<'_>, workers: &Workers, now: Instant) -> Plan {
                 give_way(outdated, Some(keep), &mut plan, &mut occupied, &mut ready);
             }
             for old in outdated.iter().filter(|w| Some(w.id) == keep) {
-                drive(old, spec, now, occupied <= limit, &mut plan);
+                drive(
+                    old,
+                    spec,
+                    now,
+                    target.may_start && occupied <= limit,
+                    &mut plan,
+                );
             }
             continue;
         }

@@ -110,6 +110,10 @@ impl FakeProcess {
 /// The fake world.
 #[derive(Debug)]
 pub struct FakeEffects {
+    /// When the fake was made, and the wall clock then: the wall clock
+    /// advances with `now`.
+    started: Instant,
+    wall_at_start: std::time::SystemTime,
     now: Instant,
     next_pid: i32,
     processes: BTreeMap<i32, FakeProcess>,
@@ -138,10 +142,18 @@ pub struct FakeEffects {
     pub measuring: Option<(u64, Vec<i32>)>,
 }
 
+/// The fake wall clock's start, in seconds since the epoch: 2026-03-08
+/// 06:00 UTC, one hour before daylight saving time begins in
+/// America/New_York (07:00 UTC).
+pub const FAKE_WALL_CLOCK_AT_START: u64 = 1_772_949_600;
+
 impl FakeEffects {
     pub fn new(now: Instant) -> FakeEffects {
         FakeEffects {
             now,
+            started: now,
+            wall_at_start: std::time::UNIX_EPOCH
+                + std::time::Duration::from_secs(FAKE_WALL_CLOCK_AT_START),
             next_pid: 1000,
             processes: BTreeMap::new(),
             plans: VecDeque::new(),
@@ -287,6 +299,10 @@ impl FakeEffects {
 impl Effects for FakeEffects {
     fn now(&self) -> Instant {
         self.now
+    }
+
+    fn wall_clock(&self) -> std::time::SystemTime {
+        self.wall_at_start + self.now.saturating_duration_since(self.started)
     }
 
     fn spawn(

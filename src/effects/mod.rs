@@ -75,6 +75,9 @@ pub trait Effects {
     /// The monotonic clock.
     fn now(&self) -> Instant;
 
+    /// The wall clock (cron schedules are evaluated on it).
+    fn wall_clock(&self) -> std::time::SystemTime;
+
     /// Start the process of a worker (and its output capture and readiness
     /// probe) with these bound listening sockets: the pid, or why not.
     fn spawn(

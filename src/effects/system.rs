@@ -244,6 +244,10 @@ impl Effects for System {
         Instant::now()
     }
 
+    fn wall_clock(&self) -> std::time::SystemTime {
+        std::time::SystemTime::now()
+    }
+
     fn spawn(
         &mut self,
         order: &SpawnOrder,

@@ -20,10 +20,11 @@ impl<E: Effects> Supervisor<E> {
             Command::Restart { target } => Order::Restart { target },
             Command::Stop { target } => Order::Hold { target },
             Command::Start { target } => Order::Release { target },
+            Command::Trigger { app } => Order::Trigger { app },
             // Served by the control task itself, from the log hub.
             Command::Logs { .. } => return error_reply("logs are served by the control socket"),
         };
-        let now = self.effects.now();
+        let now = self.clock();
         let reply = self.core.command(order, now);
         self.settle(now);
         match reply {

@@ -120,7 +120,7 @@ impl<E: Effects> Supervisor<E> {
     /// Start the first version's workers.
     pub fn start(&mut self) {
         report::first_applied(&self.shown, self.core.desired());
-        let now = self.effects.now();
+        let now = self.clock();
         self.settle(now);
     }
 
@@ -154,7 +154,7 @@ impl<E: Effects> Supervisor<E> {
 
     /// Handle a batch of events, then let the core settle once.
     pub fn handle_all(&mut self, events: impl IntoIterator<Item = Event>) {
-        let now = self.effects.now();
+        let now = self.clock();
         self.core.begin_turn();
         for event in events {
             self.take(event, now);
@@ -176,6 +176,13 @@ impl<E: Effects> Supervisor<E> {
             Event::GroupsChanged => self.groups_changed(now),
             Event::Timer => self.timer(now),
         }
+    }
+
+    /// Both clocks, read now: the core gets the wall clock with the instant.
+    fn clock(&mut self) -> Instant {
+        let now = self.effects.now();
+        self.core.set_wall_clock(self.effects.wall_clock(), now);
+        now
     }
 
     /// When to send [`Event::Timer`] if nothing happens before.

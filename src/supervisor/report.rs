@@ -346,6 +346,65 @@ pub fn event(event: &Event, shown: &str) {
             "{} {why}: a new instance starts in {} (restart {attempt}); pid {pid} serves until it is ready",
             label(instance), short_duration(*delay)
         ),
+        Event::WaitingFor { app, on } => info!(
+            event = "waiting", app = %app, on = %on.join(", "),
+            "{app}: waiting for {}", on.join(", ")
+        ),
+        Event::DependenciesMet { app } => info!(
+            event = "dependencies_met", app = %app,
+            "{app}: every dependency is met; starting"
+        ),
+        Event::DependencyFailed {
+            app,
+            dependency,
+            reason,
+        } => error!(
+            event = "dependency_failed", app = %app, dependency = %dependency, reason = %reason,
+            "{app}: held, {reason}; it starts once {dependency} is fixed in the file or restarted"
+        ),
+        Event::DependencyRestarted {
+            app,
+            dependency,
+            generation,
+        } => info!(
+            event = "dependency_restarted", app = %app, dependency = %dependency, generation,
+            "{app}: every instance of {dependency} was replaced; replacing {app} (generation {generation})"
+        ),
+        Event::RunDue { app, why } => info!(
+            event = "run_due", app = %app, why = *why,
+            "{app}: run ({})", match *why {
+                "schedule" => "scheduled",
+                "trigger" => "triggered",
+                "start" => "run_on_start",
+                _ => "queued",
+            }
+        ),
+        Event::RunSkipped { app, why, reason } => warn!(
+            event = "run_skipped", app = %app, why = *why, reason = %reason,
+            "{app}: {why} skipped: {reason}"
+        ),
+        Event::RunQueued { app, why, queued } => info!(
+            event = "run_queued", app = %app, why = *why, queued = *queued,
+            "{app}: {why} queued behind the run that goes"
+        ),
+        Event::RunEnded {
+            app,
+            result,
+            ok,
+            took,
+        } => {
+            if *ok {
+                info!(
+                    event = "run_ended", app = %app, result = %result, ok = *ok, took_ms = took.as_millis() as u64,
+                    "{app}: run ended ({result}) after {}", short_duration(*took)
+                )
+            } else {
+                warn!(
+                    event = "run_ended", app = %app, result = %result, ok = *ok, took_ms = took.as_millis() as u64,
+                    "{app}: run ended ({result}) after {}", short_duration(*took)
+                )
+            }
+        }
         Event::Reconciled { app, passes } => {
             debug!(event = "reconciled", app = %app, passes, "{app}: reconciled")
         }

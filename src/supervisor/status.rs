@@ -4,7 +4,9 @@
 //! thread ([`StatusReply::add_usage`]).
 
 use super::Supervisor;
-use crate::control::{AppStatus, Rollout, StatusReply, WorkerStatus};
+use crate::control::{AppStatus, Rollout, ScheduleStatus, StatusReply, WorkerStatus};
+use crate::core::reconcile::Workers;
+use crate::core::schedule::Runs;
 use crate::core::worker::{Outcome, State, Worker};
 use crate::effects::Effects;
 
@@ -12,6 +14,7 @@ impl<E: Effects> Supervisor<E> {
     /// The state of every app and instance (without CPU and memory).
     pub fn status(&self) -> StatusReply {
         let now = self.effects.now();
+        let wall = self.effects.wall_clock();
         let apps = self
             .core
             .apps()
@@ -34,11 +37,18 @@ impl<E: Effects> Supervisor<E> {
                             .state
                             .started()
                             .map(|t| now.saturating_duration_since(t).as_secs_f64());
+                        let state = match (&w.state, app.gate.describe(), &app.runs) {
+                            (State::Pending, Some(waiting), _) => waiting,
+                            (State::Pending, None, Some(runs)) if !runs.armed => {
+                                "scheduled".to_string()
+                            }
+                            _ => w.state.name().to_string(),
+                        };
                         WorkerStatus {
                             slot: w.slot,
                             generation: w.generation,
                             pid,
-                            state: w.state.name().to_string(),
+                            state,
                             ready: w.state.is_ready(),
                             restarts: w.restarts,
                             uptime_s: uptime,
@@ -78,6 +88,11 @@ impl<E: Effects> Supervisor<E> {
                         halted: app.rollout_halted,
                         complete: outdated == 0 && replaced >= app.spec.instances,
                     },
+                    waiting: app.gate.describe(),
+                    schedule: app
+                        .runs
+                        .as_ref()
+                        .map(|runs| schedule(runs, &app.workers, now, wall)),
                     workers,
                 }
             })
@@ -95,6 +110,31 @@ impl<E: Effects> Supervisor<E> {
 
     fn shown_path(&self) -> String {
         self.core.desired().source.display().to_string()
+    }
+}
+
+/// A scheduled app's next tick and last run.
+fn schedule(
+    runs: &Runs,
+    workers: &Workers,
+    now: std::time::Instant,
+    wall: std::time::SystemTime,
+) -> ScheduleStatus {
+    // A cron time as the schedule has it; an `every` tick from the monotonic clock.
+    let next_wall = runs.next_wall.or_else(|| {
+        runs.next_at
+            .map(|at| wall + at.saturating_duration_since(now))
+    });
+    let last = runs.last.as_ref();
+    ScheduleStatus {
+        next_run: next_wall.map(|t| humantime::format_rfc3339_seconds(t).to_string()),
+        next_in_s: next_wall.map(|t| t.duration_since(wall).unwrap_or_default().as_secs_f64()),
+        running: runs.going(workers),
+        queued: runs.queued,
+        last_result: last.map(|l| l.result.clone()),
+        last_ok: last.map(|l| l.ok),
+        last_took_s: last.map(|l| l.took.as_secs_f64()),
+        last_ended_s: last.map(|l| now.saturating_duration_since(l.ended).as_secs_f64()),
     }
 }
 

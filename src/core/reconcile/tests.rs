@@ -582,6 +582,7 @@ fn reconcile_is_n_log_n_not_n_squared() {
             rollout_halted: false,
             recreate: false,
             winding_down: false,
+            may_start: true,
         };
         (0..5)
             .map(|_| {
@@ -653,6 +654,7 @@ fn rolling_target(spec: &AppSpec) -> Target<'_> {
         rollout_halted: false,
         recreate: false,
         winding_down: false,
+        may_start: true,
     }
 }
 

@@ -1,0 +1,372 @@
+//! Scheduled apps: one instance that runs at times instead of for ever.
+//!
+//! A scheduled app's gate is closed between runs: its worker waits in
+//! `pending` (or rests `completed`, `exited`, `failed` after a run). A tick of
+//! its schedule, `supervise trigger` or `run_on_start` *arms* a run: a worker
+//! that ended is replaced by a fresh one, which reconcile starts like any
+//! other (dependencies still gate it; `restart: on-failure` restarts within
+//! the run). The run ends when its worker does; then the last run's result
+//! is kept for `status`, and a queued run is armed.
+//!
+//! `every` counts on the monotonic clock from the time the app was started;
+//! a cron expression is evaluated on the wall clock, which the shell gives
+//! the core ([`Core::set_wall_clock`]): the core never reads a clock.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use super::reconcile::{StopReason, Workers};
+use super::worker::{AfterStop, State};
+use super::{Core, Event, StopHow};
+use crate::spec::{Overlap, When};
+
+/// Runs waiting for the current one to end (`overlap: queue`): more ticks
+/// meanwhile are skipped, so a job slower than its schedule cannot pile up
+/// runs without end.
+pub const MAX_QUEUED_RUNS: u32 = 1;
+
+/// When the next tick is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Due {
+    /// `every`: on the monotonic clock.
+    At(Instant),
+    /// A cron time: on the wall clock.
+    Wall(SystemTime),
+}
+
+/// How the last run of a scheduled app ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastRun {
+    /// `exit 0`, `exited with code 1`, `stopped (replaced by the next run)`.
+    pub result: String,
+    pub ok: bool,
+    pub took: Duration,
+    pub ended: Instant,
+}
+
+/// The runs of one scheduled app.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Runs {
+    /// `None` before the first look, and once a cron expression matches no
+    /// time to come.
+    next: Option<Due>,
+    /// The first look was taken (`run_on_start` decided, the first tick set).
+    scheduled: bool,
+    /// A run may start, or goes on.
+    pub armed: bool,
+    /// When the armed run's process was started.
+    began: Option<Instant>,
+    /// Runs waiting for the current one (at most [`MAX_QUEUED_RUNS`]).
+    pub queued: u32,
+    pub last: Option<LastRun>,
+    /// When the next tick is due, on the monotonic clock (for a cron time,
+    /// as the wall clock stood at the last look).
+    pub next_at: Option<Instant>,
+    /// The next cron time, for `status`.
+    pub next_wall: Option<SystemTime>,
+}
+
+impl Runs {
+    /// Whether the app's worker may start now: in a run, once what the
+    /// previous run left (a run replaced) is gone.
+    pub(super) fn may_start(&self, workers: &Workers) -> bool {
+        self.armed && !workers.values().any(|w| w.state.is_stopping())
+    }
+
+    /// The same runs under a new schedule: the next tick is computed anew.
+    pub(super) fn rescheduled(self) -> Runs {
+        Runs {
+            next: None,
+            scheduled: false,
+            next_at: None,
+            next_wall: None,
+            ..self
+        }
+    }
+
+    /// A run is armed or its process lives.
+    pub fn going(&self, workers: &Workers) -> bool {
+        self.armed || workers.values().any(lives)
+    }
+}
+
+/// A worker whose run is not over: it has or will have a process.
+fn lives(worker: &super::worker::Worker) -> bool {
+    !matches!(
+        worker.state,
+        State::Pending | State::Completed { .. } | State::Exited | State::Failed | State::Held
+    )
+}
+
+impl Core {
+    /// The wall clock, as the shell read it at `at`: cron schedules are
+    /// evaluated on it.
+    pub fn set_wall_clock(&mut self, wall: SystemTime, at: Instant) {
+        self.wall_clock = (wall, at);
+    }
+
+    /// The wall clock at `now`.
+    fn wall_at(&self, now: Instant) -> SystemTime {
+        let (wall, at) = self.wall_clock;
+        if now >= at {
+            wall + (now - at)
+        } else {
+            wall - (at - now)
+        }
+    }
+
+    /// A scheduled app's runs: the first look, a run that began or ended, a
+    /// tick that is due. Returns whether anything changed.
+    pub(super) fn update_runs(&mut self, name: &str, now: Instant) -> bool {
+        let wall = self.wall_at(now);
+        let Some(app) = self.apps.get_mut(name) else {
+            return false;
+        };
+        let Some(schedule) = app.spec.schedule.clone() else {
+            return std::mem::take(&mut app.runs).is_some();
+        };
+        let runs = app.runs.get_or_insert_with(Runs::default);
+        let before = runs.clone();
+        if !runs.scheduled {
+            runs.scheduled = true;
+            runs.next = first_tick(&schedule.when, now, wall);
+            if schedule.run_on_start {
+                // Refused only when nothing can run: the event says so.
+                let _ = self.fire(name, "start", now);
+            }
+        }
+        self.run_progress(name, now);
+        let Some(app) = self.apps.get_mut(name) else {
+            return false;
+        };
+        let Some(runs) = app.runs.as_mut() else {
+            return false;
+        };
+        let due = match runs.next {
+            Some(Due::At(at)) => now >= at,
+            Some(Due::Wall(at)) => wall >= at,
+            None => false,
+        };
+        if due {
+            runs.next = next_tick(&schedule.when, runs.next, now, wall);
+            // A skipped tick is reported as an event.
+            let _ = self.fire(name, "schedule", now);
+            self.run_progress(name, now);
+        }
+        let Some(app) = self.apps.get_mut(name) else {
+            return false;
+        };
+        let Some(runs) = app.runs.as_mut() else {
+            return false;
+        };
+        (runs.next_at, runs.next_wall) = match runs.next {
+            Some(Due::At(at)) => (Some(at), None),
+            Some(Due::Wall(at)) => {
+                let until = at.duration_since(wall).unwrap_or(Duration::ZERO);
+                (Some(now + until), Some(at))
+            }
+            None => (None, None),
+        };
+        let changed = *runs != before;
+        if changed {
+            app.dirty = true;
+        }
+        changed
+    }
+
+    /// The armed run's process began, or its run ended (then a queued one
+    /// is armed).
+    fn run_progress(&mut self, name: &str, now: Instant) {
+        let Some(app) = self.apps.get_mut(name) else {
+            return;
+        };
+        let live = app.workers.values().any(lives);
+        // Only the armed run's own process: what a replaced run left is
+        // stopping, and the new one starts after it is gone.
+        let started = app.workers.values().any(|w| {
+            matches!(
+                w.state,
+                State::Spawning | State::Starting { .. } | State::Ready { .. }
+            )
+        });
+        let ended = app
+            .workers
+            .values()
+            .filter(|w| {
+                matches!(
+                    w.state,
+                    State::Completed { .. } | State::Exited | State::Failed
+                )
+            })
+            .map(|w| match (w.state.clone(), w.last_outcome) {
+                (State::Completed { .. }, _) => ("exit 0".to_string(), true),
+                (_, Some(outcome)) => (outcome.to_string(), false),
+                (_, None) => ("ended".to_string(), false),
+            })
+            .next_back();
+        let Some(runs) = app.runs.as_mut() else {
+            return;
+        };
+        if !runs.armed {
+            return;
+        }
+        let Some(began) = runs.began else {
+            if started {
+                runs.began = Some(now);
+            }
+            return;
+        };
+        if live {
+            return;
+        }
+        let (result, ok) = ended.unwrap_or_else(|| ("stopped".to_string(), false));
+        let took = now.saturating_duration_since(began);
+        runs.armed = false;
+        runs.began = None;
+        runs.last = Some(LastRun {
+            result: result.clone(),
+            ok,
+            took,
+            ended: now,
+        });
+        let queued = runs.queued > 0;
+        runs.queued = runs.queued.saturating_sub(1);
+        self.report(Event::RunEnded {
+            app: name.to_string(),
+            result,
+            ok,
+            took,
+        });
+        if queued {
+            let _ = self.fire(name, "queue", now);
+        }
+    }
+
+    /// A tick, a `trigger` or the start: arm a run, or, while one goes,
+    /// what `overlap` says. `Err` says why nothing was started.
+    pub(super) fn fire(
+        &mut self,
+        name: &str,
+        why: &'static str,
+        now: Instant,
+    ) -> Result<String, String> {
+        let Some(app) = self.apps.get_mut(name) else {
+            return Err(format!("no app `{name}`"));
+        };
+        let Some(overlap) = app.spec.schedule.as_ref().map(|s| s.overlap) else {
+            return Err(format!("{name} has no schedule"));
+        };
+        if app.spec.instances == 0 {
+            return Err(format!("{name} has instances: 0"));
+        }
+        let Some(runs) = app.runs.as_mut() else {
+            return Err(format!("{name} has no schedule"));
+        };
+        if !runs.going(&app.workers) {
+            return Ok(self.arm(name, why));
+        }
+        match overlap {
+            Overlap::Skip => {
+                let message = format!("{name}: a run is going; overlap: skip");
+                self.report(Event::RunSkipped {
+                    app: name.to_string(),
+                    why,
+                    reason: "a run is going (overlap: skip)".to_string(),
+                });
+                Err(message)
+            }
+            Overlap::Queue if runs.queued < MAX_QUEUED_RUNS => {
+                runs.queued += 1;
+                let queued = runs.queued;
+                self.report(Event::RunQueued {
+                    app: name.to_string(),
+                    why,
+                    queued,
+                });
+                Ok(format!("{name}: queued after the run that goes"))
+            }
+            Overlap::Queue => {
+                self.report(Event::RunSkipped {
+                    app: name.to_string(),
+                    why,
+                    reason: format!("{MAX_QUEUED_RUNS} run already queued (overlap: queue)"),
+                });
+                Err(format!("{name}: a run is going and one is queued already"))
+            }
+            Overlap::Replace => {
+                let running: Vec<_> = app
+                    .workers
+                    .values()
+                    .filter(|w| w.state.is_running())
+                    .map(|w| w.id)
+                    .collect();
+                if let Some(began) = runs.began {
+                    runs.last = Some(LastRun {
+                        result: "stopped (replaced by the next run)".to_string(),
+                        ok: false,
+                        took: now.saturating_duration_since(began),
+                        ended: now,
+                    });
+                }
+                for id in running {
+                    let how = StopHow::default();
+                    self.stop(name, id, StopReason::NextRun, how, AfterStop::Remove, now);
+                }
+                Ok(self.arm(name, why))
+            }
+        }
+    }
+
+    /// Arm a run: what the last one left goes; reconcile creates a fresh
+    /// worker and starts it once nothing of the last run is left.
+    fn arm(&mut self, name: &str, why: &'static str) -> String {
+        let Some(app) = self.apps.get_mut(name) else {
+            return String::new();
+        };
+        app.workers.retain(|_, w| {
+            !matches!(
+                w.state,
+                State::Pending
+                    | State::Completed { .. }
+                    | State::Exited
+                    | State::Failed
+                    | State::Held
+            )
+        });
+        app.prune_definitions();
+        app.dirty = true;
+        if let Some(runs) = app.runs.as_mut() {
+            runs.armed = true;
+            runs.began = None;
+        }
+        self.report(Event::RunDue {
+            app: name.to_string(),
+            why,
+        });
+        format!("{name}: run started")
+    }
+}
+
+/// The first tick after the app was started.
+fn first_tick(when: &When, now: Instant, wall: SystemTime) -> Option<Due> {
+    match when {
+        When::Every(period) => Some(Due::At(now + *period)),
+        When::Cron { .. } => when.next_cron_after(wall).map(Due::Wall),
+    }
+}
+
+/// The tick after `due`: for `every`, the next multiple of the period
+/// after now (ticks missed while the machine slept are not made up).
+fn next_tick(when: &When, due: Option<Due>, now: Instant, wall: SystemTime) -> Option<Due> {
+    match (when, due) {
+        (When::Every(period), Some(Due::At(at))) if !period.is_zero() => {
+            let behind = now.saturating_duration_since(at).as_nanos() / period.as_nanos();
+            let steps = u32::try_from(behind + 1).unwrap_or(u32::MAX);
+            Some(Due::At(at + period.saturating_mul(steps)))
+        }
+        (When::Every(period), _) => Some(Due::At(now + *period)),
+        (When::Cron { .. }, _) => when.next_cron_after(wall).map(Due::Wall),
+    }
+}
+
+#[cfg(test)]
+mod tests;
