@@ -374,3 +374,62 @@ fn kitchen_sink_stops_on_sigint() {
         },
     });
 }
+
+/// The stack example as shipped (its ports moved): db, then the migration,
+/// then api and worker; the API answers with the migrated schema; SIGINT
+/// stops it all in reverse order, without a SIGKILL, and supervise exits 0.
+#[test]
+fn the_stack_example_comes_up_in_order_and_answers() {
+    let source = example_dir("stack");
+    let original = std::fs::read_to_string(source.join("ecosystem.yaml")).unwrap();
+    let db_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    let mut s = Supervised::start_with("", &[], |dir| {
+        copy_tree(&source, dir);
+        let yaml = replace(&original, "127.0.0.1:8080", "127.0.0.1:0");
+        let yaml = replace(&yaml, "7400", &db_port.to_string());
+        std::fs::write(dir.join("ecosystem.yaml"), yaml).unwrap();
+    });
+    let listening = s.wait_for("the API's socket", |e| {
+        e["event"] == "listening" && e["address"].as_str().is_some_and(|a| a.starts_with("127."))
+    });
+    let port: u16 = listening["address"]
+        .as_str()
+        .and_then(|a| a.rsplit(':').next())
+        .and_then(|p| p.parse().ok())
+        .expect("a port");
+    s.wait_for("every instance ready", |e| e["event"] == "all_ready");
+    s.wait_line("migrate: schema version 2");
+    for _ in 0..4 {
+        let mut stream = connect(port);
+        stream
+            .get_mut()
+            .write_all(b"GET / HTTP/1.0\r\n\r\n")
+            .expect("a request");
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).expect("an answer");
+        assert!(answer.starts_with("HTTP/1.0 200"), "{answer}");
+        assert!(answer.contains(": schema version 2"), "{answer}");
+    }
+    s.signal(libc::SIGINT);
+    assert_eq!(s.wait_exit(WAIT).code(), Some(0), "{}", s.dump());
+    assert_eq!(
+        s.count("killing", "api") + s.count("killing", "db"),
+        0,
+        "{}",
+        s.dump()
+    );
+    let stopping_db = s
+        .events
+        .iter()
+        .position(|e| e["event"] == "stopping" && e["app"] == "db")
+        .expect("db was stopped");
+    let api_stopped = s
+        .events
+        .iter()
+        .rposition(|e| e["event"] == "stopped" && e["app"] == "api")
+        .expect("api was stopped");
+    assert!(api_stopped < stopping_db, "{}", s.dump());
+}

@@ -6,23 +6,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::Supervised;
-use serde_json::Value;
-
-fn status(s: &Supervised, json: bool) -> String {
-    let args: &[&str] = if json {
-        &["status", "--json"]
-    } else {
-        &["status"]
-    };
-    String::from_utf8_lossy(&common::run_client(s, args).stdout).into_owned()
-}
-
-/// Save `yaml` as an editor does (a new file renamed over the old one).
-fn save(s: &Supervised, yaml: &str) {
-    let temp = s.path(".ecosystem.yaml.tmp");
-    std::fs::write(&temp, yaml).unwrap();
-    std::fs::rename(&temp, s.path("ecosystem.yaml")).unwrap();
+use common::{Supervised, save};
+/// The status table.
+fn status(s: &Supervised) -> String {
+    String::from_utf8_lossy(&common::run_client(s, &["status"]).stdout).into_owned()
 }
 
 fn file(migration: &str, kill_timeout: &str) -> String {
@@ -46,21 +33,14 @@ fn a_one_shot_completes_counts_as_done_and_runs_again_only_for_a_new_definition(
     let mut s = Supervised::start(&file("migrated", "10s"));
     s.wait_line("migrated");
     s.wait_for("every instance is ready", |e| e["event"] == "all_ready");
-    let json: Value = serde_json::from_str(&status(&s, true)).expect("status --json");
-    let migrate = json["apps"]
-        .as_array()
-        .and_then(|apps| apps.iter().find(|a| a["name"] == "migrate"))
-        .expect("the migrate app");
+    let json = common::status_json(&s);
+    let migrate = common::app_status(&json, "migrate");
     assert_eq!(migrate["workers"][0]["state"], "completed", "{json}");
     assert!(
         migrate["workers"][0]["completed_s"].as_f64().is_some(),
         "{json}"
     );
-    assert!(
-        status(&s, false).contains("completed (exit 0,"),
-        "{}",
-        status(&s, false)
-    );
+    assert!(status(&s).contains("completed (exit 0,"), "{}", status(&s));
     // A policy edit does not run it again…
     save(&s, &file("migrated", "5s"));
     s.wait_for("the policy edit", |e| {

@@ -431,6 +431,34 @@ pub fn run_client(s: &Supervised, args: &[&str]) -> std::process::Output {
         .expect("the client runs")
 }
 
+/// Save `yaml` as the supervised ecosystem file, as an editor does (a new
+/// file renamed over the old one).
+pub fn save(s: &Supervised, yaml: &str) {
+    let temp = s.path(".ecosystem.yaml.tmp");
+    std::fs::write(&temp, yaml).expect("the new version is written");
+    std::fs::rename(&temp, s.path("ecosystem.yaml")).expect("and renamed over the file");
+}
+
+/// `supervise status --json`, parsed.
+pub fn status_json(s: &Supervised) -> Value {
+    let output = run_client(s, &["status", "--json"]);
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "status --json: {e}: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+/// App `name` in a `status --json` reply.
+pub fn app_status<'a>(status: &'a Value, name: &str) -> &'a Value {
+    status["apps"]
+        .as_array()
+        .and_then(|apps| apps.iter().find(|a| a["name"] == name))
+        .unwrap_or_else(|| panic!("no app {name} in {status}"))
+}
+
 /// Whether `systemd-notify` is installed (`.ci/run` installs it).
 pub fn has_systemd_notify() -> bool {
     Command::new("systemd-notify")

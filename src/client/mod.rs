@@ -24,9 +24,13 @@ use serde_json::Value;
 
 use crate::cli::{ecosystem_path, exit};
 use crate::config;
-use crate::control::{Command, Request, StatusReply};
+use crate::control::{Command, Request};
 use crate::effects::control::MAX_CONNECTIONS;
 use crate::effects::runtime;
+
+mod status;
+
+pub use status::{ask_status, status};
 
 /// How long a command waits for the supervisor to take its connection and
 /// request and send the first reply line; then, for each next line (but see
@@ -232,152 +236,6 @@ pub fn finish(result: Result<(), Failure>) -> ExitCode {
             ExitCode::from(failure.code)
         }
     }
-}
-
-fn duration(seconds: f64) -> String {
-    let s = seconds as u64;
-    match s {
-        0..=59 => format!("{s}s"),
-        60..=3599 => format!("{}m{}s", s / 60, s % 60),
-        3600..=86399 => format!("{}h{}m", s / 3600, (s % 3600) / 60),
-        _ => format!("{}d{}h", s / 86400, (s % 86400) / 3600),
-    }
-}
-
-/// A worker's health checks, watchdog and replacement, in one column.
-fn health_column(worker: &crate::control::WorkerStatus) -> String {
-    let mut parts = Vec::new();
-    if let Some(health) = &worker.health {
-        parts.push(health.clone());
-    }
-    if let Some(ping) = worker.watchdog_ping_s {
-        parts.push(format!("ping {ping:.1}s ago"));
-    }
-    if let Some(why) = &worker.replacing {
-        parts.push(format!("being replaced ({why})"));
-    }
-    if parts.is_empty() {
-        "-".to_string()
-    } else {
-        parts.join(", ")
-    }
-}
-
-/// A worker's memory, against its limit when it has one: `41.2M/300.0M`.
-fn memory_column(worker: &crate::control::WorkerStatus) -> String {
-    let used = worker.rss_bytes.map_or("-".into(), megabytes);
-    match worker.memory_limit_bytes {
-        Some(limit) => format!("{used}/{}", megabytes(limit)),
-        None => used,
-    }
-}
-
-fn megabytes(bytes: u64) -> String {
-    format!("{:.1} MB", bytes as f64 / 1e6)
-}
-
-/// A CPU share for the table. The sum over no process at all is -0.0 in
-/// IEEE arithmetic (and Rust's `Sum` for floats starts there), which would
-/// print as `-0.0%`; nothing here is below zero, so it prints `0.0%`.
-fn percent(cpu: f64) -> String {
-    let cpu = if cpu > 0.0 { cpu } else { 0.0 };
-    format!("{cpu:.1}%")
-}
-
-/// Ask for the status, as the shared reply type.
-pub fn ask_status(socket: &Path) -> Result<StatusReply, Failure> {
-    let value = ask(socket, Command::Status)?;
-    serde_json::from_value(value).map_err(|e| fail(exit::INVALID, format!("bad status reply: {e}")))
-}
-
-/// `supervise status`: a table like `pm2 ls`.
-pub fn status(socket: &Path, all: bool, json: bool) -> Result<(), Failure> {
-    if json {
-        let value = ask(socket, Command::Status)?;
-        print(&format!("{value:#}\n"));
-        return Ok(());
-    }
-    let status = ask_status(socket)?;
-    let mut table = comfy_table::Table::new();
-    table.load_style(comfy_table::presets::NOTHING).set_header([
-        "app",
-        "instance",
-        "pid",
-        "state",
-        "ready",
-        "health",
-        "restarts",
-        "uptime",
-        "cpu",
-        "memory",
-        "last exit",
-        "status",
-    ]);
-    /// Beyond this many instances an app shows as one summary line (unless --all).
-    const SUMMARY_ABOVE: usize = 8;
-    for app in &status.apps {
-        let name = app.name.as_str();
-        if app.workers.len() > SUMMARY_ABOVE && !all {
-            let ready = app.workers.iter().filter(|w| w.ready).count();
-            let restarts: u64 = app.workers.iter().map(|w| u64::from(w.restarts)).sum();
-            let rss: u64 = app.workers.iter().filter_map(|w| w.rss_bytes).sum();
-            let cpu: f64 = app.workers.iter().filter_map(|w| w.cpu_percent).sum();
-            table.add_row([
-                name.to_string(),
-                format!("{} instances", app.workers.len()),
-                String::new(),
-                String::new(),
-                format!("{ready}/{}", app.workers.len()),
-                String::new(),
-                restarts.to_string(),
-                String::new(),
-                percent(cpu),
-                megabytes(rss),
-                String::new(),
-                "(--all for each)".to_string(),
-            ]);
-            continue;
-        }
-        for worker in &app.workers {
-            table.add_row([
-                name.to_string(),
-                worker.slot.to_string(),
-                worker.pid.map_or("-".into(), |p| p.to_string()),
-                match worker.completed_s {
-                    Some(ago) => format!("completed (exit 0, {ago:.1}s ago)"),
-                    None => worker.state.clone(),
-                },
-                if worker.ready { "yes" } else { "no" }.to_string(),
-                health_column(worker),
-                worker.restarts.to_string(),
-                worker.uptime_s.map_or("-".into(), duration),
-                worker.cpu_percent.map_or("-".into(), percent),
-                memory_column(worker),
-                worker.last_exit.clone().unwrap_or_else(|| "-".into()),
-                worker.status.clone().unwrap_or_default(),
-            ]);
-        }
-        if app.rollout.halted {
-            table.add_row([
-                name.to_string(),
-                "rollout halted: a replacement failed; old instances serve".into(),
-            ]);
-        }
-    }
-    print(&format!("{table}\n"));
-    print(&format!(
-        "file {} (version {}, applied {})\n",
-        status.file, status.version, status.applied_at
-    ));
-    if let Some(tracking) = &status.tracking {
-        print(&format!("processes tracked by {tracking}\n"));
-    }
-    if let Some(error) = &status.config_error {
-        print(&format!(
-            "the last edit is invalid; still running the version before it:\n{error}"
-        ));
-    }
-    Ok(())
 }
 
 /// `supervise reload APP|all`: start a rolling replacement and follow it.
@@ -591,15 +449,5 @@ mod tests {
             "gave up after {:?}",
             started.elapsed()
         );
-    }
-
-    #[test]
-    fn no_cpu_at_all_is_zero_not_minus_zero() {
-        let none: f64 = std::iter::empty::<f64>().sum();
-        assert_eq!(percent(none), "0.0%");
-        assert_eq!(percent(-0.0), "0.0%");
-        assert_eq!(percent(f64::NAN), "0.0%");
-        assert_eq!(percent(0.04), "0.0%");
-        assert_eq!(percent(12.34), "12.3%");
     }
 }
