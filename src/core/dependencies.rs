@@ -137,7 +137,26 @@ impl Core {
             changed |= self.update_wind_down(name);
             changed |= self.update_runs(name, now);
         }
-        changed
+        changed | self.break_shutdown_cycle()
+    }
+
+    /// Shutting down with workers left but no app allowed to wind down:
+    /// dependencies in a cycle (which `check` refuses). Everything winds
+    /// down rather than waiting for ever.
+    fn break_shutdown_cycle(&mut self) -> bool {
+        let stuck = self.phase == Phase::ShuttingDown
+            && self.apps.values().any(|a| !a.workers.is_empty())
+            && !self
+                .apps
+                .values()
+                .any(|a| a.winding_down && !a.workers.is_empty());
+        if stuck {
+            for app in self.apps.values_mut() {
+                app.winding_down = true;
+                app.dirty = true;
+            }
+        }
+        stuck
     }
 
     /// The gate of app `name`, from its dependencies' state now.
@@ -226,7 +245,11 @@ impl Core {
         let mut restarted = None;
         for (dependency, now_serving) in fresh {
             match app.dependency_seen.get(&dependency) {
-                Some(seen) if !seen.is_empty() && seen.is_disjoint(&now_serving) => {
+                Some(seen)
+                    if !seen.is_empty()
+                        && !now_serving.is_empty()
+                        && seen.is_disjoint(&now_serving) =>
+                {
                     restarted.get_or_insert(dependency.clone());
                 }
                 Some(_) => continue,

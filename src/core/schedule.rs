@@ -121,7 +121,7 @@ impl Core {
         let Some(app) = self.apps.get_mut(name) else {
             return false;
         };
-        let Some(schedule) = app.spec.schedule.clone() else {
+        let Some(schedule) = app.spec.schedule.clone().filter(|_| !app.removed) else {
             return std::mem::take(&mut app.runs).is_some();
         };
         let runs = app.runs.get_or_insert_with(Runs::default);

@@ -234,3 +234,37 @@ fn a_dependency_that_gives_up_holds_and_running_dependents_keep_running() {
     h.advance(Duration::from_secs(5), STEP);
     assert!(h.pids("api").is_empty());
 }
+
+#[test]
+fn a_cycle_that_slipped_through_still_shuts_down() {
+    let mut h = Harness::new(vec![
+        app("a", 1, Duration::ZERO),
+        app("b", 1, Duration::ZERO),
+    ]);
+    assert_eq!((h.pids("a").len(), h.pids("b").len()), (1, 1));
+    // An edit that `check` would refuse, applied all the same.
+    let mut a = app("a", 1, Duration::ZERO);
+    a.depends_on = vec![on("b", Condition::Started)];
+    let mut b = app("b", 1, Duration::ZERO);
+    b.depends_on = vec![on("a", Condition::Started)];
+    let desired = crate::spec::Desired {
+        source: "/srv/ecosystem.yaml".into(),
+        apps: vec![a, b],
+        memory_check: crate::spec::defaults::MEMORY_CHECK,
+    };
+    let now = h.now;
+    let trigger = "test".to_string();
+    h.core.input(
+        Input::Apply {
+            desired,
+            unbound: Vec::new(),
+            trigger,
+        },
+        now,
+    );
+    h.settle();
+    h.core.input(Input::Shutdown { why: "SIGTERM" }, now);
+    h.settle();
+    assert!(h.core.finished());
+    assert_eq!(h.signals.len(), 2);
+}
