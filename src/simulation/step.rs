@@ -153,7 +153,7 @@ impl World {
                 probing.sort();
                 if !probing.is_empty() {
                     let pid = probing[process % probing.len()];
-                    self.supervisor.handle(Event::ProbeSucceeded { pid });
+                    self.handle(Event::ProbeSucceeded { pid });
                 }
             }
             Step::Notify { process, foreign } => {
@@ -206,7 +206,7 @@ impl World {
                 }
             }
             Step::Edit(edit) => self.edit(edit),
-            Step::InvalidEdit => self.supervisor.handle(Event::Config(Loaded {
+            Step::InvalidEdit => self.handle(Event::Config(Loaded {
                 trigger: "the file changed".into(),
                 load: Load::Invalid {
                     rendered: "ecosystem.yaml:1:1: error: simulated".into(),
@@ -227,8 +227,10 @@ impl World {
     pub(super) fn signal(&mut self, event: Event) {
         if self.shutdown_at.is_none() {
             self.shutdown_at = Some(self.now());
+        } else if matches!(event, Event::Interrupt) {
+            self.killed_all = true;
         }
-        self.supervisor.handle(event);
+        self.handle(event);
     }
 
     fn edit(&mut self, edit: Edit) {
