@@ -18,8 +18,8 @@
 //!
 //! The fake also keeps what the invariants need to know about the moment
 //! something happened, which a look after the event could no longer tell:
-//! which apps had processes when a signal was sent ([`Signalled`]), and how
-//! many other processes of its app lived when a process was spawned.
+//! which apps had processes when a signal was sent ([`Signalled`]), and
+//! which other processes of its app lived when a process was spawned.
 //!
 //! Two ways of learning that an instance's processes are gone are modelled,
 //! as the two tracking modes have them: polled (process groups, the
@@ -109,8 +109,8 @@ pub struct FakeProcess {
     pub spawned_at: Instant,
     /// When and how it ends on its own (its command line said so).
     pub ends: Option<(Instant, Exit)>,
-    /// Other processes of its app whose group lived when it was spawned.
-    pub beside_at_spawn: usize,
+    /// The other processes of its app whose group lived when it was spawned.
+    pub beside_at_spawn: Vec<i32>,
 }
 
 impl FakeProcess {
@@ -423,7 +423,8 @@ impl Effects for FakeEffects {
             .processes
             .values()
             .filter(|p| p.app == order.app && p.group_alive(self.now))
-            .count();
+            .map(|p| p.pid)
+            .collect();
         self.processes.insert(
             pid,
             FakeProcess {

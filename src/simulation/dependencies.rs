@@ -61,25 +61,28 @@ fn serves(worker: &Worker, condition: Condition, app: &App) -> bool {
 }
 
 /// How `dependency` stands now: every wanted instance must serve; one
-/// whose current worker gave up or ended blocks. An app the core does not
-/// run (removed from the file) is not waited for.
+/// whose workers of the current definition all gave up or ended blocks. An
+/// app the core does not run (removed from the file) is not waited for.
 pub fn standing(core: &Core, dependency: &Dependency) -> Standing {
     let Some(other) = core.app(&dependency.app).filter(|a| !a.removed) else {
         return Standing::Met;
     };
     let mut standing = Standing::Met;
     for slot in 0..other.spec.instances {
-        let mut in_slot = other.workers.values().filter(|w| w.slot == slot);
+        let in_slot = other.workers.values().filter(|w| w.slot == slot);
         if in_slot
             .clone()
             .any(|w| serves(w, dependency.condition, other))
         {
             continue;
         }
-        let ended = in_slot.any(|w| {
-            w.generation == other.generation && matches!(w.state, State::Failed | State::Exited)
-        });
-        if ended {
+        // Blocked once the slot's workers of the current definition all
+        // ended (one still stopping may yet be replaced).
+        let mut current = in_slot
+            .filter(|w| w.generation == other.generation)
+            .peekable();
+        let has_current = current.peek().is_some();
+        if has_current && current.all(|w| matches!(w.state, State::Failed | State::Exited)) {
             return Standing::Blocked;
         }
         standing = Standing::Unmet;

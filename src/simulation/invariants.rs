@@ -10,8 +10,8 @@ use super::dependencies::{
     Standing, core_gate, dependents, describe, expected_gate, longest_chain, standing,
 };
 use super::{Violation, World};
-use crate::core::worker::State;
-use crate::core::{App, Phase};
+use crate::core::worker::{AfterStop, State};
+use crate::core::{App, Core, Phase};
 use crate::effects::fake::Life;
 use crate::spec::{ReloadLimits, When};
 use crate::supervisor::{Event, GROUP_POLL_INTERVAL};
@@ -161,7 +161,8 @@ impl World {
 
     fn spawn_violation(&self) -> Option<String> {
         let core = self.supervisor.core();
-        for process in self.supervisor.effects().spawned_since(self.unseen_pid) {
+        let fake = self.supervisor.effects();
+        for process in fake.spawned_since(self.unseen_pid) {
             let Some(app) = core.app(&process.app) else {
                 return Some(format!(
                     "pid {} was spawned for {}, an app the core does not have",
@@ -169,20 +170,36 @@ impl World {
                 ));
             };
             let label = format!("{}.{} (pid {})", process.app, process.slot, process.pid);
-            if app.spec.schedule.is_some() && process.beside_at_spawn > 0 {
+            if app.spec.schedule.is_some()
+                && let Some(other) = process.beside_at_spawn.first()
+            {
+                let generation = fake.process(*other).map_or(0, |p| p.generation);
+                let age = if generation < process.generation {
+                    "an older"
+                } else {
+                    "the same"
+                };
                 return Some(format!(
-                    "{label} of a scheduled app was spawned while {} other process(es) of it lived",
-                    process.beside_at_spawn
+                    "{label} of a scheduled app was spawned beside a process of {age} generation (pid {other}, generation {generation}; its own {})",
+                    process.generation
                 ));
             }
             for dependency in &app.spec.depends_on {
                 let now = standing(core, dependency);
-                if now != Standing::Met {
-                    return Some(format!(
-                        "{label} was spawned while its dependency is {now:?}: {}",
-                        describe(core, dependency)
-                    ));
+                if now == Standing::Met {
+                    continue;
                 }
+                // The core let it start, and its gate is closed now: the gate
+                // changed within the turn that ordered the spawn.
+                let turn = if app.gate.is_open() {
+                    ""
+                } else {
+                    " (its gate closed within the turn that started it)"
+                };
+                return Some(format!(
+                    "{label} was spawned while its dependency is {now:?}{turn}: {}",
+                    describe(core, dependency)
+                ));
             }
         }
         None
@@ -202,14 +219,18 @@ impl World {
             let Some(app) = &sent.app else {
                 continue;
             };
+            if !for_the_shutdown(core, sent.pgid) {
+                continue;
+            }
             if let Some(dependent) =
                 dependents(core, app).find(|d| sent.live_apps.contains(&d.spec.name))
             {
                 return Some(format!(
-                    "{} to {app} (pid {}) during the shutdown while {}, which depends on it, still had a process",
+                    "{} to {app} (pid {}) during the shutdown while {}, which depends on it, still had a process (its workers now: {:?})",
                     sent.signal.as_str(),
                     sent.pgid,
-                    dependent.spec.name
+                    dependent.spec.name,
+                    describe_workers(dependent)
                 ));
             }
         }
@@ -290,8 +311,8 @@ impl World {
     }
 
     /// `N + max_surge` processes at most during a rollout, and the ready
-    /// count kept above `N − max_unavailable` by everything but faults,
-    /// commands, edits and shutdown.
+    /// count kept above `N − max_unavailable` by everything but faults
+    /// (a program's own end among them), commands, edits and shutdown.
     fn check_rollouts(&mut self) -> Result<(), Violation> {
         let shutting_down = self.supervisor.core().phase() == Phase::ShuttingDown;
         let ready_now = self.ready_counts();
@@ -315,7 +336,10 @@ impl World {
                 // A new generation: watch it if nothing else is draining.
                 _ => (app.generation, n, processes <= n as usize && !app.recreate),
             };
-            let rolling = app.outdated() > 0 && !app.removed && !shutting_down;
+            // A scheduled app's runs come and go on its ticks: it serves no
+            // floor (that it never has two processes is checked apart).
+            let rolling =
+                app.outdated() > 0 && !app.removed && !shutting_down && app.spec.schedule.is_none();
             if rolling && entry.2 {
                 if processes > (n + max_surge) as usize {
                     return Err(Violation(format!(
@@ -369,9 +393,11 @@ impl World {
             // What was due before the quiet time (a watchdog not pinged
             // since, a check not answered) may still fail: a fault.
             let broken = self.supervisor.core().broken();
+            let began = self.now();
             self.advance(round);
             self.ready_everything();
-            self.disruptive |= self.supervisor.core().broken() != broken;
+            self.disruptive |=
+                self.supervisor.core().broken() != broken || self.ended_on_their_own(began);
             self.check()?;
         }
         self.scheduled_apps_ran(watched)?;
@@ -546,14 +572,41 @@ impl World {
     }
 }
 
+/// Whether the stop of the worker led by `pgid` takes its instance away
+/// for the shutdown: it is to be removed, and no other worker of its slot
+/// serves or is about to. A worker replaced by a ready one (a rollout that
+/// goes on while the app waits to wind down), a failed run (not ready in
+/// time, unhealthy, a missed watchdog: faults, like a crash) and a command
+/// (`stop`, `restart`) are not stops for the shutdown.
+fn for_the_shutdown(core: &Core, pgid: i32) -> bool {
+    let Some((app, worker)) = core.worker_of(pgid) else {
+        // Its stop already ended: nothing tells it apart.
+        return true;
+    };
+    let removed = matches!(
+        worker.state,
+        State::Stopping {
+            then: AfterStop::Remove,
+            ..
+        }
+    );
+    let replaced = app
+        .workers
+        .values()
+        .any(|w| w.slot == worker.slot && w.id != worker.id && w.state.is_running());
+    removed && !replaced
+}
+
 /// A scheduled app that must run on its ticks: one instance, an `every`
-/// schedule (a cron time may be a minute away), its dependencies met.
+/// schedule (a cron time may be a minute away), its dependencies met, not
+/// held by `stop`.
 fn must_run(app: &App) -> bool {
     let every = matches!(
         app.spec.schedule.as_ref().map(|s| &s.when),
         Some(When::Every(_))
     );
-    every && app.spec.instances == 1 && !app.removed && app.gate.is_open()
+    let held = app.workers.values().any(|w| w.state == State::Held);
+    every && app.spec.instances == 1 && !app.removed && app.gate.is_open() && !held
 }
 
 /// A scheduled app's armed run started, unless it may not start yet: its

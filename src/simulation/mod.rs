@@ -43,7 +43,7 @@ use crate::control::Command;
 use crate::core::{Phase, WatchdogMessage};
 use crate::effects::CheckAnswer;
 use crate::effects::Effects;
-use crate::effects::fake::{FakeEffects, Life};
+use crate::effects::fake::{EXIT_AFTER_MS, FAIL_RUNS, FakeEffects, Life};
 use crate::effects::notify::Notification;
 use crate::effects::watch::{Load, Loaded};
 use crate::spec::{AppSpec, Desired, Probe, ProbeKind, ProbeSpec, Readiness, Template};
@@ -103,6 +103,18 @@ pub fn app(name: &str, instances: u32, ready: Readiness) -> AppSpec {
     spec.ready_timeout = Duration::from_secs(3);
     spec.kill_timeout = Duration::from_secs(2);
     spec.backoff.max = Duration::from_secs(2);
+    spec
+}
+
+/// `spec` whose program ends on its own `after` its spawn, as a one-shot or
+/// a scheduled job does: with code 1 for each instance's first
+/// `failing_runs` processes, 0 after (see [`crate::effects::fake`]).
+pub fn ending_on_its_own(mut spec: AppSpec, after: Duration, failing_runs: u32) -> AppSpec {
+    spec.process.argv = vec![
+        Template::literal("/bin/job"),
+        Template::literal(format!("{EXIT_AFTER_MS}{}", after.as_millis())),
+        Template::literal(format!("{FAIL_RUNS}{failing_runs}")),
+    ];
     spec
 }
 
