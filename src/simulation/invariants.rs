@@ -219,14 +219,25 @@ impl World {
             let Some(app) = &sent.app else {
                 continue;
             };
-            if !for_the_shutdown(core, sent.pgid) {
+            let Some(why) = taken_away(core, sent.pgid) else {
                 continue;
-            }
+            };
             if let Some(dependent) =
                 dependents(core, app).find(|d| sent.live_apps.contains(&d.spec.name))
             {
+                // Dependents and dependencies stopped in one turn, for the
+                // shutdown both.
+                let together = why.is_empty()
+                    && signals
+                        .iter()
+                        .any(|other| other.app.as_ref() == Some(&dependent.spec.name));
+                let together = if together {
+                    " (it was signalled in the same turn: everything wound down at once)"
+                } else {
+                    ""
+                };
                 return Some(format!(
-                    "{} to {app} (pid {}) during the shutdown while {}, which depends on it, still had a process (its workers now: {:?})",
+                    "{} to {app} (pid {}) during the shutdown{why} while {}, which depends on it, still had a process{together} (its workers now: {:?})",
                     sent.signal.as_str(),
                     sent.pgid,
                     dependent.spec.name,
@@ -305,7 +316,19 @@ impl World {
             }
         }
         expected.sort();
-        (running != expected).then(|| {
+        if running == expected {
+            return None;
+        }
+        let extra: Vec<&(i32, u64)> = running.iter().filter(|c| !expected.contains(c)).collect();
+        let killed = self.killed_all
+            && !extra.is_empty()
+            && extra.iter().all(|(pid, _)| {
+                core.worker_of(*pid)
+                    .is_none_or(|(_, w)| w.state.is_stopping())
+            });
+        Some(if killed {
+            format!("liveness checks of workers the second SIGINT killed still run: {extra:?}")
+        } else {
             format!("liveness checks running {running:?}, but the workers wait for {expected:?}")
         })
     }
@@ -573,15 +596,17 @@ impl World {
 }
 
 /// Whether the stop of the worker led by `pgid` takes its instance away
-/// for the shutdown: it is to be removed, and no other worker of its slot
-/// serves or is about to. A worker replaced by a ready one (a rollout that
-/// goes on while the app waits to wind down), a failed run (not ready in
-/// time, unhealthy, a missed watchdog: faults, like a crash) and a command
-/// (`stop`, `restart`) are not stops for the shutdown.
-fn for_the_shutdown(core: &Core, pgid: i32) -> bool {
+/// during a shutdown: it is to be removed, and no other worker of its slot
+/// serves or is about to; then what else is known of it (a stop of an
+/// older generation: a rollout going on). A worker replaced by a ready one
+/// (a rollout that goes on while the app waits to wind down), a failed run
+/// or a broken one (not ready in time, unhealthy, a missed watchdog, over
+/// `max_memory`: faults, like a crash) and a command (`stop`, `restart`)
+/// do not count.
+fn taken_away(core: &Core, pgid: i32) -> Option<&'static str> {
     let Some((app, worker)) = core.worker_of(pgid) else {
         // Its stop already ended: nothing tells it apart.
-        return true;
+        return Some("");
     };
     let removed = matches!(
         worker.state,
@@ -594,7 +619,14 @@ fn for_the_shutdown(core: &Core, pgid: i32) -> bool {
         .workers
         .values()
         .any(|w| w.slot == worker.slot && w.id != worker.id && w.state.is_running());
-    removed && !replaced
+    if !removed || replaced || worker.recycle.is_some() {
+        return None;
+    }
+    Some(if worker.generation < app.generation {
+        " (an old generation: a rollout went on in the shutdown)"
+    } else {
+        ""
+    })
 }
 
 /// A scheduled app that must run on its ticks: one instance, an `every`
