@@ -10,7 +10,7 @@ use super::dependencies::{
     Standing, core_gate, dependents, describe, expected_gate, longest_chain, standing,
 };
 use super::{Violation, World};
-use crate::core::worker::{AfterStop, State};
+use crate::core::worker::{AfterStop, State, WorkerId};
 use crate::core::{App, Core, Phase};
 use crate::effects::fake::Life;
 use crate::spec::{ReloadLimits, When};
@@ -189,12 +189,13 @@ impl World {
                 if now == Standing::Met {
                     continue;
                 }
-                // The core let it start, and its gate is closed now: the gate
-                // changed within the turn that ordered the spawn.
-                let turn = if app.gate.is_open() {
-                    ""
+                // The core let it start, its gate is closed now, and the
+                // dependency stopped or dropped a worker in this turn: the
+                // gate was looked at before the dependency's own decisions.
+                let turn = if !app.gate.is_open() && self.lost_a_worker(&dependency.app) {
+                    " (its gate closed in the turn that started it, as the dependency stopped or dropped a worker)"
                 } else {
-                    " (its gate closed within the turn that started it)"
+                    ""
                 };
                 return Some(format!(
                     "{label} was spawned while its dependency is {now:?}{turn}: {}",
@@ -203,6 +204,40 @@ impl World {
             }
         }
         None
+    }
+
+    /// The workers of each app that were not stopping, by id: what
+    /// [`World::lost_a_worker`] compares with after an event.
+    pub(super) fn going_workers(&self) -> HashMap<String, Vec<WorkerId>> {
+        let core = self.supervisor.core();
+        if core.apps().all(|a| a.spec.depends_on.is_empty()) {
+            // Only the dependencies of an app are asked about.
+            return HashMap::new();
+        }
+        core.apps()
+            .map(|app| {
+                let going = app
+                    .workers
+                    .values()
+                    .filter(|w| !w.state.is_stopping())
+                    .map(|w| w.id)
+                    .collect();
+                (app.spec.name.clone(), going)
+            })
+            .collect()
+    }
+
+    /// A worker of `app` that was not stopping before the event the
+    /// supervisor just handled is gone or stopping now.
+    fn lost_a_worker(&self, app: &str) -> bool {
+        let Some(before) = self.going_before.get(app) else {
+            return false;
+        };
+        let now = self.supervisor.core().app(app);
+        before.iter().any(|id| {
+            now.and_then(|a| a.workers.get(id))
+                .is_none_or(|w| w.state.is_stopping())
+        })
     }
 
     fn signal_violation(&self) -> Option<String> {
@@ -226,8 +261,9 @@ impl World {
                 dependents(core, app).find(|d| sent.live_apps.contains(&d.spec.name))
             {
                 // Dependents and dependencies stopped in one turn, for the
-                // shutdown both.
+                // shutdown both, after the turn it began in.
                 let together = why.is_empty()
+                    && !self.shutdown_turn
                     && signals
                         .iter()
                         .any(|other| other.app.as_ref() == Some(&dependent.spec.name));
@@ -598,7 +634,7 @@ impl World {
 /// Whether the stop of the worker led by `pgid` takes its instance away
 /// during a shutdown: it is to be removed, and no other worker of its slot
 /// serves or is about to; then what else is known of it (a stop of an
-/// older generation: a rollout going on). A worker replaced by a ready one
+/// older generation while others of its app run on: a rollout going on). A worker replaced by a ready one
 /// (a rollout that goes on while the app waits to wind down), a failed run
 /// or a broken one (not ready in time, unhealthy, a missed watchdog, over
 /// `max_memory`: faults, like a crash) and a command (`stop`, `restart`)
@@ -622,7 +658,9 @@ fn taken_away(core: &Core, pgid: i32) -> Option<&'static str> {
     if !removed || replaced || worker.recycle.is_some() {
         return None;
     }
-    Some(if worker.generation < app.generation {
+    // A wind-down stops every worker of its app at once.
+    let others_run = app.workers.values().any(|w| w.state.is_running());
+    Some(if worker.generation < app.generation && others_run {
         " (an old generation: a rollout went on in the shutdown)"
     } else {
         ""
