@@ -39,7 +39,7 @@ pub enum Standing {
 /// ready (`ready`), ready with its last liveness check passed when the app
 /// has checks (`healthy`); a completed one-shot meets all three, and only
 /// one of the current definition meets `completed`.
-fn serves(worker: &Worker, condition: Condition, app: &App) -> bool {
+pub fn serves(worker: &Worker, condition: Condition, app: &App) -> bool {
     let completed = matches!(worker.state, State::Completed { .. });
     match condition {
         Condition::Completed => completed && worker.generation == app.generation,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use super::dependencies::{
-    Standing, core_gate, dependents, describe, expected_gate, longest_chain, standing,
+    Standing, core_gate, dependents, describe, expected_gate, longest_chain, serves, standing,
 };
 use super::{Violation, World};
 use crate::core::worker::{AfterStop, State, WorkerId};
@@ -475,6 +475,9 @@ impl World {
                 continue;
             }
             let open = app.gate.is_open();
+            if !open {
+                waits_for_a_reason(self.supervisor.core(), app)?;
+            }
             for worker in app.workers.values() {
                 let settled = match worker.state {
                     State::Ready { .. }
@@ -677,6 +680,49 @@ fn must_run(app: &App) -> bool {
     );
     let held = app.workers.values().any(|w| w.state == State::Held);
     every && app.spec.instances == 1 && !app.removed && app.gate.is_open() && !held
+}
+
+/// After the quiet time, an app whose gate is closed waits for a reason the
+/// rules give: each dependency that does not meet its condition blocks it
+/// (gave up, or ended for good), waits itself, or has, in each wanted slot
+/// that does not serve, a worker held by `stop` or one that runs (a run
+/// not over yet: `completed` waits for it). A slot with none of these will
+/// never serve without a change, and nothing says so.
+fn waits_for_a_reason(core: &Core, app: &App) -> Result<(), Violation> {
+    for dependency in &app.spec.depends_on {
+        if standing(core, dependency) != Standing::Unmet {
+            continue;
+        }
+        let Some(other) = core.app(&dependency.app) else {
+            continue;
+        };
+        if !other.gate.is_open() {
+            continue;
+        }
+        let stuck = (0..other.spec.instances).find(|slot| {
+            let in_slot = || other.workers.values().filter(|w| w.slot == *slot);
+            !in_slot().any(|w| serves(w, dependency.condition, other))
+                && !in_slot().any(|w| w.state == State::Held || w.state.is_running())
+        });
+        if let Some(slot) = stuck {
+            let current = other
+                .workers
+                .values()
+                .any(|w| w.slot == slot && w.generation == other.generation);
+            let halted = if other.rollout_halted && !current {
+                " (its rollout halted: no worker of its current generation, and not held either)"
+            } else {
+                ""
+            };
+            return Err(Violation(format!(
+                "{} waits for {}, whose instance {slot} will not serve without a change{halted}: {:?}",
+                app.spec.name,
+                describe(core, dependency),
+                describe_workers(other)
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A scheduled app's armed run started, unless it may not start yet: its
