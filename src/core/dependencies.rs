@@ -131,7 +131,23 @@ impl Core {
     /// wind-down changed is dirty. Returns whether one changed.
     pub(super) fn update_gates(&mut self, now: Instant) -> bool {
         let mut changed = false;
-        let names: Vec<String> = self.apps.keys().cloned().collect();
+        let running = self.phase == Phase::Running;
+        // Most apps have no dependency and no schedule: nothing to look at
+        // (this runs after every reconcile round).
+        let names: Vec<String> = self
+            .apps
+            .iter()
+            .filter(|(_, app)| {
+                let plain = app.spec.depends_on.is_empty()
+                    && app.gate.is_open()
+                    && app.spec.schedule.is_none()
+                    && app.runs.is_none()
+                    && running
+                    && app.winding_down == app.removed;
+                !plain
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
         for name in &names {
             changed |= self.update_gate(name);
             changed |= self.update_wind_down(name);
