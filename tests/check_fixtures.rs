@@ -1,7 +1,8 @@
 //! `supervise check` against the fixture corpora, through the real binary.
 //!
-//! Runs with a fixed PATH and CPU count so the snapshots are the same on every
-//! machine; absolute paths of the fixture folder are replaced by `[FIXTURES]`.
+//! Runs with a fixed PATH, CPU count and time zone so the snapshots are the
+//! same on every machine; absolute paths of the fixture folder are replaced by
+//! `[FIXTURES]`.
 
 use std::path::Path;
 
@@ -14,6 +15,7 @@ fn check(dir: &Path, file: &str, extra: &[&str]) -> (i32, String) {
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("SUPERVISE_TEST_CPUS", "4")
+        .env("SUPERVISE_TEST_TIMEZONE", "UTC")
         .args(["check", "-f", file])
         .args(extra)
         .output()

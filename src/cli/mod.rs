@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::config::{self, Host, diagnostic};
-use crate::spec::Desired;
+use crate::spec::{Desired, When};
 
 /// Exit codes shared by every command (DESIGN.md §2).
 pub mod exit {
@@ -346,10 +346,32 @@ pub fn summary(shown: &str, desired: &Desired, diagnostics: &[diagnostic::Diagno
                 line.push_str(" (reuseport)");
             }
         }
+        if let Some(schedule) = &app.schedule {
+            line.push_str(&format!("  schedule {}", when_text(&schedule.when)));
+            if let When::Cron { timezone, .. } = &schedule.when {
+                line.push_str(&format!(" ({timezone})"));
+            }
+        }
+        if !app.depends_on.is_empty() {
+            let after: Vec<String> = app
+                .depends_on
+                .iter()
+                .map(|d| format!("{} ({})", d.app, d.condition.name()))
+                .collect();
+            line.push_str(&format!("  after {}", after.join(", ")));
+        }
         text.push_str(line.trim_end());
         text.push('\n');
     }
     text
+}
+
+/// A schedule in words: `every 10m`, or the cron expression.
+pub fn when_text(when: &When) -> String {
+    match when {
+        When::Every(period) => format!("every {}", humantime::format_duration(*period)),
+        When::Cron { cron, .. } => cron.as_str().to_string(),
+    }
 }
 
 /// `supervise completions SHELL`.
