@@ -1,10 +1,13 @@
 //! The command line: argument parsing, `check`, `schema`, completions and
 //! the man page; [`run`] (in `run.rs`) sets up the process (lock, limits,
 //! subreaper, undertaker, output) and hands over to the
-//! [`Supervisor`](crate::supervisor::Supervisor).
+//! [`Supervisor`](crate::supervisor::Supervisor); [`graph`] draws
+//! `check --graph`.
 
+pub mod graph;
 mod run;
 
+pub use graph::GraphFormat;
 pub use run::run;
 
 use std::io::Write;
@@ -93,6 +96,17 @@ pub enum Command {
         /// The old version of the file, for `--diff`.
         #[arg(long, value_name = "OLD.yaml", requires = "diff")]
         against: Option<PathBuf>,
+        /// Print the dependency graph of a valid file instead of the summary:
+        /// `mermaid` (the default) or Graphviz `dot`. Warnings go to stderr.
+        #[arg(
+            long,
+            value_enum,
+            value_name = "FORMAT",
+            num_args = 0..=1,
+            default_missing_value = "mermaid",
+            conflicts_with_all = ["diff", "format"]
+        )]
+        graph: Option<GraphFormat>,
     },
     /// Print the JSON Schema of the ecosystem file.
     Schema,
@@ -212,8 +226,8 @@ fn err(text: &str) {
     let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }
 
-/// `supervise check`.
-pub fn check(file: Option<&Path>, format: Format) -> ExitCode {
+/// `supervise check`, or with `graph` `supervise check --graph`.
+pub fn check(file: Option<&Path>, format: Format, graph: Option<GraphFormat>) -> ExitCode {
     let path = match ecosystem_path(file) {
         Ok(path) => path,
         Err(message) => {
@@ -235,8 +249,17 @@ pub fn check(file: Option<&Path>, format: Format) -> ExitCode {
             return ExitCode::from(exit::USAGE);
         }
     };
-    match format {
-        Format::Human => {
+    match (format, graph, &checked.desired) {
+        (_, Some(graph), Some(desired)) => {
+            // stdout holds the graph alone, ready to be piped into a renderer.
+            err(&diagnostic::render(
+                &shown,
+                &checked.text,
+                &checked.diagnostics,
+            ));
+            out(&graph::render(desired, graph));
+        }
+        (Format::Human, _, _) => {
             out(&diagnostic::render(
                 &shown,
                 &checked.text,
@@ -250,7 +273,7 @@ pub fn check(file: Option<&Path>, format: Format) -> ExitCode {
                 )),
             }
         }
-        Format::Json => {
+        (Format::Json, _, _) => {
             let report = serde_json::json!({
                 "file": shown,
                 "valid": checked.is_valid(),
