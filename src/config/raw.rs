@@ -199,7 +199,7 @@ pub enum Schedule {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Every {
-    /// At least 1s.
+    /// From 1s to a year.
     pub every: DurationText,
 }
 
