@@ -130,6 +130,17 @@ impl<'a> Reporter<'a> {
         self.push(Severity::Warning, path, false, message.into())
     }
 
+    /// A warning about the key at the end of `path`.
+    pub fn key_warning(&mut self, path: &[PathSeg], message: impl Into<String>) -> &mut Diagnostic {
+        self.push(Severity::Warning, path, true, message.into())
+    }
+
+    /// The document being checked: for checks that look across apps, and for
+    /// the lines a message names (a dependency cycle's edges).
+    pub fn root(&self) -> &'a Node {
+        self.root
+    }
+
     fn push(
         &mut self,
         severity: Severity,
