@@ -82,9 +82,9 @@ pub struct Host {
 }
 
 impl Host {
-    /// The facts of this machine and process. `SUPERVISE_TEST_CPUS` and
-    /// `SUPERVISE_TEST_TIMEZONE` override the CPU count and the time zone so
-    /// tests (and their snapshots) do not depend on the machine.
+    /// The facts of this machine and process. `SUPERVISE_TEST_CPUS`
+    /// overrides the CPU count and `TZ` the time zone, so tests (and their
+    /// snapshots) do not depend on the machine.
     pub fn detect() -> Host {
         let cpus = std::env::var("SUPERVISE_TEST_CPUS")
             .ok()
@@ -100,16 +100,17 @@ impl Host {
             uid: nix::unistd::geteuid().as_raw(),
             path: std::env::var_os("PATH"),
             accounts: Arc::new(SystemAccounts),
-            timezone: std::env::var("SUPERVISE_TEST_TIMEZONE")
+            timezone: std::env::var("TZ")
                 .ok()
-                .and_then(|name| name.parse().ok())
+                .and_then(|name| name.trim_start_matches(':').parse().ok())
                 .unwrap_or_else(machine_timezone),
         }
     }
 }
 
 /// The machine's time zone (`/etc/localtime`, `/etc/timezone`), UTC when it
-/// cannot be found or is not a zone we know.
+/// cannot be found or is not a zone we know. (`TZ`, when it names a zone,
+/// comes first, as for every program.)
 fn machine_timezone() -> chrono_tz::Tz {
     iana_time_zone::get_timezone()
         .ok()

@@ -21,7 +21,7 @@ fn check_with_stderr(dir: &Path, file: &str, extra: &[&str]) -> (i32, String, St
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("SUPERVISE_TEST_CPUS", "4")
-        .env("SUPERVISE_TEST_TIMEZONE", "UTC")
+        .env("TZ", "UTC")
         .args(["check", "-f", file])
         .args(extra)
         .output()

@@ -330,6 +330,21 @@ impl Target<'_> {
                     .help("`completed` waits for a one-shot app (`restart: never` or `on-failure`) to exit 0; to wait for a service, use `ready`");
                 return;
             }
+            Condition::Ready | Condition::Started
+                if spec.restart == RestartPolicy::Never && self.sound("restart") =>
+            {
+                let condition = entry.dependency.condition.name();
+                entry
+                    .name_warning(
+                        reporter,
+                        format!(
+                            "`{other}` is a one-shot (`restart: never`): it is {condition} while it runs, not once it is done"
+                        ),
+                    )
+                    .help(format!(
+                        "to start `{dependent}` once `{other}` has exited 0, write `{other}: completed`"
+                    ));
+            }
             _ => {}
         }
         if spec.instances == 0 && self.sound("instances") {

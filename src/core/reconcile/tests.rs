@@ -584,7 +584,9 @@ fn reconcile_is_n_log_n_not_n_squared() {
             winding_down: false,
             may_start: true,
         };
-        (0..5)
+        // The fastest of many: a run preempted on a loaded machine (the
+        // tests run in parallel) does not count.
+        (0..25)
             .map(|_| {
                 let start = Instant::now();
                 std::hint::black_box(reconcile(target, std::hint::black_box(&workers), t0));
