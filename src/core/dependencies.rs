@@ -48,12 +48,13 @@ impl Gate {
     }
 }
 
-/// What one process of a dependency is, for `on_dependency_restart`: a
-/// process that runs, or one run of a one-shot that completed.
+/// One run of a dependency's worker, for `on_dependency_restart`: the
+/// worker and its count of processes. A one-shot that completes is still the
+/// same run; a restart, a revived worker or a new one is another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Incarnation {
-    Process(i32),
-    Completed(WorkerId, Instant),
+pub struct Incarnation {
+    worker: WorkerId,
+    run: u32,
 }
 
 /// How a dependency stands against a condition.
@@ -119,9 +120,9 @@ fn incarnations(dependency: &App, condition: Condition) -> BTreeSet<Incarnation>
         .values()
         .filter(|w| w.slot < dependency.spec.instances)
         .filter(|w| meets(w, condition, dependency.generation, has_health))
-        .filter_map(|w| match w.state {
-            State::Completed { at } => Some(Incarnation::Completed(w.id, at)),
-            _ => w.state.pid().map(Incarnation::Process),
+        .map(|w| Incarnation {
+            worker: w.id,
+            run: w.runs,
         })
         .collect()
 }
@@ -176,7 +177,7 @@ impl Core {
     }
 
     /// The gate of app `name`, from its dependencies' state now.
-    fn update_gate(&mut self, name: &str) -> bool {
+    pub(super) fn update_gate(&mut self, name: &str) -> bool {
         let Some(app) = self.apps.get(name) else {
             return false;
         };

@@ -493,6 +493,15 @@ impl Core {
             .collect();
         for name in dirty {
             for pass in 1.. {
+                // What an app reconciled before in this round did (a
+                // dependency stopping an instance) counts now.
+                if self
+                    .apps
+                    .get(&name)
+                    .is_some_and(|a| !a.spec.depends_on.is_empty())
+                {
+                    self.update_gate(&name);
+                }
                 let Some(app) = self.apps.get(&name) else {
                     break;
                 };

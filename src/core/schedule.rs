@@ -66,10 +66,14 @@ pub struct Runs {
 }
 
 impl Runs {
-    /// Whether the app's worker may start now: in a run, once what the
-    /// previous run left (a run replaced) is gone.
+    /// Whether the app's worker may start now: in a run, and while no other
+    /// process of the app exists — what a replaced run left, or the run
+    /// itself when an edit brought a new generation: one process at a time.
     pub(super) fn may_start(&self, workers: &Workers) -> bool {
-        self.armed && !workers.values().any(|w| w.state.is_stopping())
+        self.armed
+            && !workers
+                .values()
+                .any(|w| w.state.pid().is_some() || w.state == State::Spawning)
     }
 
     /// The same runs under a new schedule: the next tick is computed anew.
