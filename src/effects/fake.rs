@@ -10,6 +10,17 @@
 //! SIGKILL always kills; a process reaped before its exec status was read
 //! waits for it, as on the real system.
 //!
+//! A program ends on its own when its command line says so, as a one-shot
+//! or a scheduled job does: `--exit-after-ms=N` ([`EXIT_AFTER_MS`]) exits N
+//! ms after the spawn, with code 1 for the first `--fail-runs=K`
+//! ([`FAIL_RUNS`]) processes of its instance and 0 after (a job that fails
+//! until it is retried or fixed).
+//!
+//! The fake also keeps what the invariants need to know about the moment
+//! something happened, which a look after the event could no longer tell:
+//! which apps had processes when a signal was sent ([`Signalled`]), and
+//! which other processes of its app lived when a process was spawned.
+//!
 //! Two ways of learning that an instance's processes are gone are modelled,
 //! as the two tracking modes have them: polled (process groups, the
 //! environment: the loop looks on a timer) and announced (cgroups: the
@@ -58,6 +69,24 @@ pub enum Life {
     Reaped,
 }
 
+/// The argument that makes a fake program end on its own, this many
+/// milliseconds after its spawn: `--exit-after-ms=800`.
+pub const EXIT_AFTER_MS: &str = "--exit-after-ms=";
+/// The argument that makes the first K processes of each instance of a
+/// program that ends on its own exit 1 (0 after): `--fail-runs=1`.
+pub const FAIL_RUNS: &str = "--fail-runs=";
+
+/// One signal sent, and the apps that had a process (a live group: a
+/// member running, stopping, or a zombie not reaped yet) at that moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Signalled {
+    pub pgid: i32,
+    pub signal: Signal,
+    /// The app of the group signalled (`None`: a pid never spawned).
+    pub app: Option<String>,
+    pub live_apps: BTreeSet<String>,
+}
+
 /// One process the supervisor started.
 #[derive(Debug, Clone)]
 pub struct FakeProcess {
@@ -78,6 +107,10 @@ pub struct FakeProcess {
     pub leftovers: u32,
     pub leftovers_until: Option<Instant>,
     pub spawned_at: Instant,
+    /// When and how it ends on its own (its command line said so).
+    pub ends: Option<(Instant, Exit)>,
+    /// The other processes of its app whose group lived when it was spawned.
+    pub beside_at_spawn: Vec<i32>,
 }
 
 impl FakeProcess {
@@ -127,6 +160,8 @@ pub struct FakeEffects {
     pub busy: HashSet<ListenAddress>,
     /// Every signal sent, in order: `(pgid, signal)`.
     pub signals: Vec<(i32, Signal)>,
+    /// The same signals, with what lived when each was sent.
+    pub signalled: Vec<Signalled>,
     /// What was done, in order: `spawn web.0 g2 pid 1004`, `SIGTERM 1001`.
     pub history: Vec<String>,
     /// What systemd was told.
@@ -134,6 +169,8 @@ pub struct FakeEffects {
     probes: HashSet<i32>,
     /// Emptied groups are announced (cgroup mode), not polled.
     announces_empty_groups: bool,
+    /// Processes spawned per instance `(app, slot)`, for `--fail-runs`.
+    runs: HashMap<(String, u32), u32>,
     /// Groups that had a member when last looked at (announced mode).
     populated: BTreeSet<i32>,
     /// Liveness checks running, by the leader of the worker checked.
@@ -162,10 +199,12 @@ impl FakeEffects {
             next_fd: 100,
             busy: HashSet::new(),
             signals: Vec::new(),
+            signalled: Vec::new(),
             history: Vec::new(),
             systemd: Vec::new(),
             probes: HashSet::new(),
             announces_empty_groups: false,
+            runs: HashMap::new(),
             populated: BTreeSet::new(),
             checks: BTreeMap::new(),
             measuring: None,
@@ -202,25 +241,46 @@ impl FakeEffects {
         self.now = self.now.max(now);
         let now = self.now;
         for process in self.processes.values_mut() {
-            if let Life::Exiting { at, exit } = process.life
-                && at <= now
-            {
-                process.exit(exit, now);
+            let own_end = process.ends.filter(|(at, _)| *at <= now);
+            match (process.life, own_end) {
+                // Told to stop, it may still finish its job first.
+                (Life::Exiting { at, exit }, own_end) if at <= now => {
+                    let exit = match own_end {
+                        Some((end, own_exit)) if end < at => own_exit,
+                        _ => exit,
+                    };
+                    process.exit(exit, now);
+                }
+                (Life::Running | Life::Exiting { .. }, Some((_, exit))) => process.exit(exit, now),
+                _ => {}
             }
         }
     }
 
     /// The next moment something happens on its own (an exit, a leftover
-    /// leaving, an exec status due).
+    /// leaving, an exec status due, a program's own end).
     pub fn next_due(&self) -> Option<Instant> {
         self.processes
             .values()
-            .filter_map(|p| match p.life {
-                Life::Exiting { at, .. } => Some(at),
-                _ if !p.exec_reported => Some(p.spawned_at),
-                _ => p.leftovers_until.filter(|t| *t > self.now),
+            .filter_map(|p| {
+                let own_end = p.ends.filter(|_| p.is_alive()).map(|(at, _)| at);
+                let other = match p.life {
+                    Life::Exiting { at, .. } => Some(at),
+                    _ if !p.exec_reported => Some(p.spawned_at),
+                    _ => p.leftovers_until.filter(|t| *t > self.now),
+                };
+                other.into_iter().chain(own_end).min()
             })
             .min()
+    }
+
+    /// The apps with a live group now.
+    fn live_apps(&self) -> BTreeSet<String> {
+        self.processes
+            .values()
+            .filter(|p| p.group_alive(self.now))
+            .map(|p| p.app.clone())
+            .collect()
     }
 
     /// Exec statuses due to the supervisor: each process's once. A failed
@@ -268,6 +328,11 @@ impl FakeEffects {
         self.processes.values()
     }
 
+    /// The processes spawned with a pid from `pid` on (pids only grow).
+    pub fn spawned_since(&self, pid: i32) -> impl Iterator<Item = &FakeProcess> {
+        self.processes.range(pid..).map(|(_, p)| p)
+    }
+
     /// Processes with a readiness probe running.
     pub fn probing(&self) -> impl Iterator<Item = i32> + '_ {
         self.probes.iter().copied()
@@ -294,6 +359,26 @@ impl FakeEffects {
     pub fn bound(&self) -> usize {
         self.sockets.len()
     }
+}
+
+/// When and how the program of `order` ends on its own, if its command
+/// line says so; `run` counts the processes of its instance, this one too.
+fn own_end(order: &SpawnOrder, run: u32, now: Instant) -> Option<(Instant, Exit)> {
+    let words: Vec<String> = order
+        .definition
+        .argv
+        .iter()
+        .map(|word| word.expand(order.slot))
+        .collect();
+    let number = |prefix: &str| {
+        words
+            .iter()
+            .find_map(|w| w.strip_prefix(prefix).and_then(|n| n.parse::<u64>().ok()))
+    };
+    let after = Duration::from_millis(number(EXIT_AFTER_MS)?);
+    let failing = number(FAIL_RUNS).unwrap_or(0);
+    let code = if u64::from(run) <= failing { 1 } else { 0 };
+    Some((now + after, Exit::Code(code)))
 }
 
 impl Effects for FakeEffects {
@@ -328,6 +413,18 @@ impl Effects for FakeEffects {
         ));
         let behaviour = self.plans.pop_front().unwrap_or_default();
         let leftovers = behaviour.leftovers;
+        let runs = self
+            .runs
+            .entry((order.app.clone(), order.slot))
+            .or_default();
+        *runs += 1;
+        let ends = own_end(order, *runs, self.now);
+        let beside_at_spawn = self
+            .processes
+            .values()
+            .filter(|p| p.app == order.app && p.group_alive(self.now))
+            .map(|p| p.pid)
+            .collect();
         self.processes.insert(
             pid,
             FakeProcess {
@@ -344,6 +441,8 @@ impl Effects for FakeEffects {
                 leftovers,
                 leftovers_until: None,
                 spawned_at: self.now,
+                ends,
+                beside_at_spawn,
             },
         );
         if matches!(order.readiness, Readiness::Probe(_)) {
@@ -354,7 +453,14 @@ impl Effects for FakeEffects {
     }
 
     fn signal_group(&mut self, pgid: i32, signal: Signal) {
+        let signalled = Signalled {
+            pgid,
+            signal,
+            app: self.processes.get(&pgid).map(|p| p.app.clone()),
+            live_apps: self.live_apps(),
+        };
         self.signals.push((pgid, signal));
+        self.signalled.push(signalled);
         self.history.push(format!("{} {pgid}", signal.as_str()));
         let now = self.now;
         let Some(process) = self.processes.get_mut(&pgid) else {

@@ -4,15 +4,30 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use nix::sys::signal::Signal;
+
+use super::dependencies::{
+    Standing, core_gate, dependents, describe, expected_gate, longest_chain, standing,
+};
 use super::{Violation, World};
-use crate::core::Phase;
-use crate::core::worker::State;
+use crate::core::worker::{AfterStop, State};
+use crate::core::{App, Core, Phase};
 use crate::effects::fake::Life;
-use crate::spec::ReloadLimits;
+use crate::spec::{ReloadLimits, When};
 use crate::supervisor::{Event, GROUP_POLL_INTERVAL};
 
+/// Rounds of 500 ms the quiet time has at least.
+const QUIET_ROUNDS: u32 = 40;
+/// What one app of a chain of dependencies may take to come up once what
+/// it waits for is up: its start and readiness (`ready_timeout` is 3 s in
+/// the simulation), or a one-shot's run, and a backoff.
+const COME_UP: Duration = Duration::from_secs(5);
+/// The last part of the quiet time, within which a scheduled app whose
+/// gate is open must run (its `every` is at most 4 s and a run at most 5
+/// s, with a backoff of at most 2 s for a retry).
+const RUNS_WITHIN: Duration = Duration::from_secs(10);
+
 impl World {
-    /// Ready workers in wanted slots, per app.
     /// Ready workers in wanted slots, per app.
     pub(super) fn ready_counts(&self) -> HashMap<String, usize> {
         self.supervisor
@@ -32,10 +47,27 @@ impl World {
     /// The invariants of every state.
     pub fn check(&mut self) -> Result<(), Violation> {
         let fail = |what: String| Err(Violation(what));
+        if let Some(violation) = &self.witnessed {
+            return Err(violation.clone());
+        }
         let core = self.supervisor.core();
         let fake = self.supervisor.effects();
         if core.anomalies() > 0 {
             return fail(format!("{} anomalies in the core", core.anomalies()));
+        }
+        for app in core.apps().filter(|a| a.spec.schedule.is_some()) {
+            let name = &app.spec.name;
+            let live: Vec<i32> = fake
+                .processes()
+                .filter(|p| p.app == *name && fake.group_exists(p.pid))
+                .map(|p| p.pid)
+                .collect();
+            if live.len() > 1 {
+                return fail(format!(
+                    "{name} is scheduled but has {} processes: {live:?}",
+                    live.len()
+                ));
+            }
         }
         for app in core.apps() {
             let name = &app.spec.name;
@@ -99,6 +131,132 @@ impl World {
         self.check_rollouts()
     }
 
+    /// Look at what the supervisor just did, after each event it handled:
+    /// - every process it spawned was let start by its dependencies, as the
+    ///   simulation works them out from the workers (the spawns of an event
+    ///   come after the core settled on it, so its state now is the state
+    ///   they were ordered in), and one of a scheduled app had no other
+    ///   process of its app beside it when it was spawned;
+    /// - during a shutdown, no signal but the SIGKILL that ends a stop went
+    ///   to an app while an app that depends on it had a process left (the
+    ///   fake says which had one when the signal went), unless a second
+    ///   SIGINT asked to kill everything at once;
+    /// - each app's gate agrees with its dependencies.
+    ///
+    /// The first violation is kept for the next [`World::check`].
+    pub(super) fn witness(&mut self) {
+        let found = self
+            .spawn_violation()
+            .or_else(|| self.signal_violation())
+            .or_else(|| self.gate_violation());
+        let fake = self.supervisor.effects();
+        if let Some(last) = fake.spawned_since(self.unseen_pid).last() {
+            self.unseen_pid = last.pid + 1;
+        }
+        self.unseen_signal = fake.signalled.len();
+        if self.witnessed.is_none() {
+            self.witnessed = found.map(Violation);
+        }
+    }
+
+    fn spawn_violation(&self) -> Option<String> {
+        let core = self.supervisor.core();
+        let fake = self.supervisor.effects();
+        for process in fake.spawned_since(self.unseen_pid) {
+            let Some(app) = core.app(&process.app) else {
+                return Some(format!(
+                    "pid {} was spawned for {}, an app the core does not have",
+                    process.pid, process.app
+                ));
+            };
+            let label = format!("{}.{} (pid {})", process.app, process.slot, process.pid);
+            if app.spec.schedule.is_some()
+                && let Some(other) = process.beside_at_spawn.first()
+            {
+                let generation = fake.process(*other).map_or(0, |p| p.generation);
+                let age = if generation < process.generation {
+                    "an older"
+                } else {
+                    "the same"
+                };
+                return Some(format!(
+                    "{label} of a scheduled app was spawned beside a process of {age} generation (pid {other}, generation {generation}; its own {})",
+                    process.generation
+                ));
+            }
+            for dependency in &app.spec.depends_on {
+                let now = standing(core, dependency);
+                if now == Standing::Met {
+                    continue;
+                }
+                // The core let it start, and its gate is closed now: the gate
+                // changed within the turn that ordered the spawn.
+                let turn = if app.gate.is_open() {
+                    ""
+                } else {
+                    " (its gate closed within the turn that started it)"
+                };
+                return Some(format!(
+                    "{label} was spawned while its dependency is {now:?}{turn}: {}",
+                    describe(core, dependency)
+                ));
+            }
+        }
+        None
+    }
+
+    fn signal_violation(&self) -> Option<String> {
+        let core = self.supervisor.core();
+        if core.phase() != Phase::ShuttingDown || self.killed_all {
+            return None;
+        }
+        let signals = self
+            .supervisor
+            .effects()
+            .signalled
+            .get(self.unseen_signal..)?;
+        for sent in signals.iter().filter(|s| s.signal != Signal::SIGKILL) {
+            let Some(app) = &sent.app else {
+                continue;
+            };
+            if !for_the_shutdown(core, sent.pgid) {
+                continue;
+            }
+            if let Some(dependent) =
+                dependents(core, app).find(|d| sent.live_apps.contains(&d.spec.name))
+            {
+                return Some(format!(
+                    "{} to {app} (pid {}) during the shutdown while {}, which depends on it, still had a process (its workers now: {:?})",
+                    sent.signal.as_str(),
+                    sent.pgid,
+                    dependent.spec.name,
+                    describe_workers(dependent)
+                ));
+            }
+        }
+        None
+    }
+
+    fn gate_violation(&self) -> Option<String> {
+        let core = self.supervisor.core();
+        for app in core.apps() {
+            let expected = expected_gate(core, app);
+            if core_gate(&app.gate) != expected {
+                let dependencies: Vec<String> = app
+                    .spec
+                    .depends_on
+                    .iter()
+                    .map(|d| describe(core, d))
+                    .collect();
+                return Some(format!(
+                    "{}: the core's gate is {:?}, but its dependencies make it {expected:?}: {dependencies:?}",
+                    app.spec.name, app.gate
+                ));
+            }
+        }
+        None
+    }
+
     /// Liveness checks, watchdogs and recycling: a check runs exactly for
     /// each ready worker that waits for one (never two at once, never for
     /// a worker that stopped), no check waits past its timeout and no
@@ -153,8 +311,8 @@ impl World {
     }
 
     /// `N + max_surge` processes at most during a rollout, and the ready
-    /// count kept above `N − max_unavailable` by everything but faults,
-    /// commands, edits and shutdown.
+    /// count kept above `N − max_unavailable` by everything but faults
+    /// (a program's own end among them), commands, edits and shutdown.
     fn check_rollouts(&mut self) -> Result<(), Violation> {
         let shutting_down = self.supervisor.core().phase() == Phase::ShuttingDown;
         let ready_now = self.ready_counts();
@@ -178,7 +336,10 @@ impl World {
                 // A new generation: watch it if nothing else is draining.
                 _ => (app.generation, n, processes <= n as usize && !app.recreate),
             };
-            let rolling = app.outdated() > 0 && !app.removed && !shutting_down;
+            // A scheduled app's runs come and go on its ticks: it serves no
+            // floor (that it never has two processes is checked apart).
+            let rolling =
+                app.outdated() > 0 && !app.removed && !shutting_down && app.spec.schedule.is_none();
             if rolling && entry.2 {
                 if processes > (n + max_surge) as usize {
                     return Err(Violation(format!(
@@ -203,22 +364,43 @@ impl World {
     /// With healthy processes and no more faults, the running system equals
     /// the file: every wanted slot has one ready worker of the current
     /// generation (unless it failed, exited, is held, or its rollout halted),
-    /// and nothing runs beyond.
+    /// and nothing runs beyond. Dependencies change what the file asks for:
+    /// - an app whose gate is closed (the gate [`World::witness`] holds to
+    ///   the dependencies' states: one failed or ended for good, or waits
+    ///   itself) starts nothing, so it keeps what ran and the rest waits;
+    /// - a scheduled app is not expected to run; but one whose gate is open
+    ///   runs on its ticks, and a run it armed never waits while it may
+    ///   start.
+    ///
+    /// The quiet time is long enough for the longest chain of dependencies
+    /// to come up one app after the other.
     pub fn converges(&mut self) -> Result<(), Violation> {
         if self.shutdown_at.is_some() {
             return Ok(());
         }
         self.fake().spawn_failure = None;
         self.fake().plans.clear();
-        for _ in 0..40 {
+        let round = Duration::from_millis(500);
+        let chain = longest_chain(self.supervisor.core(), |_| COME_UP);
+        let quiet = (round * QUIET_ROUNDS).max(chain + RUNS_WITHIN);
+        let rounds = quiet.div_duration_f64(round).ceil() as u32;
+        let watch_from = rounds - RUNS_WITHIN.div_duration_f64(round) as u32;
+        let mut watched = Vec::new();
+        for round_number in 0..rounds {
+            if round_number == watch_from {
+                watched = self.scheduled_and_open();
+            }
             // What was due before the quiet time (a watchdog not pinged
             // since, a check not answered) may still fail: a fault.
             let broken = self.supervisor.core().broken();
-            self.advance(Duration::from_millis(500));
+            let began = self.now();
+            self.advance(round);
             self.ready_everything();
-            self.disruptive |= self.supervisor.core().broken() != broken;
+            self.disruptive |=
+                self.supervisor.core().broken() != broken || self.ended_on_their_own(began);
             self.check()?;
         }
+        self.scheduled_apps_ran(watched)?;
         for app in self.supervisor.core().apps() {
             let name = &app.spec.name;
             for worker in app.workers.values() {
@@ -228,27 +410,38 @@ impl World {
                         worker.slot, app.spec.instances
                     )));
                 }
-                let settled = matches!(
-                    worker.state,
+            }
+            if app.spec.schedule.is_some() {
+                armed_run_started(app)?;
+                continue;
+            }
+            let open = app.gate.is_open();
+            for worker in app.workers.values() {
+                let settled = match worker.state {
                     State::Ready { .. }
-                        | State::Failed
-                        | State::Exited
-                        | State::Completed { .. }
-                        | State::Held
-                );
+                    | State::Failed
+                    | State::Exited
+                    | State::Completed { .. }
+                    | State::Held => true,
+                    // Waits for its dependencies.
+                    State::Pending | State::Backoff { .. } => !open,
+                    _ => false,
+                };
                 if !settled {
                     let all = describe_workers(app);
                     return Err(Violation(format!(
-                        "{name}.{} is {} after the quiet time; app gen {} halted {} instances {} workers {:?}",
+                        "{name}.{} is {} after the quiet time; app gen {} halted {} instances {} gate {:?} workers {:?}",
                         worker.slot,
                         worker.state.name(),
                         app.generation,
                         app.rollout_halted,
                         app.spec.instances,
+                        app.gate,
                         all
                     )));
                 }
-                if worker.generation != app.generation
+                if open
+                    && worker.generation != app.generation
                     && !app.rollout_halted
                     && worker.state.is_ready()
                 {
@@ -259,12 +452,20 @@ impl World {
                 }
             }
             for slot in 0..app.spec.instances {
-                let count = app.workers.values().filter(|w| w.slot == slot).count();
-                if count != 1 {
+                let in_slot = || app.workers.values().filter(|w| w.slot == slot);
+                let count = in_slot().count();
+                let processes = in_slot().filter(|w| w.state.pid().is_some()).count();
+                // A closed gate keeps what ran; a replacement may wait beside it.
+                let expected = if open {
+                    count == 1
+                } else {
+                    count >= 1 && processes <= 1
+                };
+                if !expected {
                     let all = describe_workers(app);
                     return Err(Violation(format!(
-                        "{name}.{slot} has {count} workers after the quiet time; gen {} halted {} {:?}",
-                        app.generation, app.rollout_halted, all
+                        "{name}.{slot} has {count} workers after the quiet time; gen {} halted {} gate {:?} {:?}",
+                        app.generation, app.rollout_halted, app.gate, all
                     )));
                 }
             }
@@ -277,22 +478,68 @@ impl World {
         Ok(())
     }
 
+    /// The scheduled apps that must run from now on: one instance, `every`
+    /// ticks, the gate open; with whether a process of each lives now.
+    fn scheduled_and_open(&self) -> Vec<(String, bool, i32)> {
+        let fake = self.supervisor.effects();
+        self.supervisor
+            .core()
+            .apps()
+            .filter(|a| must_run(a))
+            .map(|a| {
+                let name = a.spec.name.clone();
+                let lives = fake
+                    .processes()
+                    .any(|p| p.app == name && fake.group_exists(p.pid));
+                (name, lives, self.unseen_pid)
+            })
+            .collect()
+    }
+
+    /// Each app [`World::scheduled_and_open`] watched, and that must still
+    /// run, ran: a process of it lived when the watch began, or one was
+    /// spawned since.
+    fn scheduled_apps_ran(&self, watched: Vec<(String, bool, i32)>) -> Result<(), Violation> {
+        let core = self.supervisor.core();
+        for (name, lived, since) in watched {
+            if !core.app(&name).is_some_and(must_run) || lived {
+                continue;
+            }
+            let spawned = self
+                .supervisor
+                .effects()
+                .spawned_since(since)
+                .any(|p| p.app == name);
+            if !spawned {
+                let runs = core.app(&name).and_then(|a| a.runs.clone());
+                return Err(Violation(format!(
+                    "{name} is scheduled, its dependencies are met, and it did not run in the last {} s of the quiet time: {runs:?}",
+                    RUNS_WITHIN.as_secs()
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// SIGTERM (if none came yet) and check that everything stops within the
-    /// largest `kill_timeout` plus a bound, leaving no process.
+    /// `kill_timeout`s of the longest chain of dependencies (each app stops
+    /// only once what depends on it is gone; no dependency: the largest
+    /// `kill_timeout`) plus a bound per app of the chain, leaving no process.
     pub fn shuts_down(&mut self) -> Result<(), Violation> {
         if self.shutdown_at.is_none() {
             self.signal(Event::Terminate);
         }
         let started = self.shutdown_at.unwrap_or_else(|| self.now());
-        let longest = self
-            .supervisor
-            .core()
-            .apps()
-            .map(|a| a.spec.kill_timeout)
-            .chain(self.desired.apps.iter().map(|a| a.kill_timeout))
-            .max()
-            .unwrap_or_default();
-        let bound = longest + 3 * GROUP_POLL_INTERVAL;
+        let slack = 3 * GROUP_POLL_INTERVAL;
+        let desired = &self.desired;
+        let bound = longest_chain(self.supervisor.core(), |app| {
+            // An edit may have shortened it; the longer one counts.
+            let written = desired
+                .app(&app.spec.name)
+                .map_or(Duration::ZERO, |a| a.kill_timeout);
+            app.spec.kill_timeout.max(written) + slack
+        })
+        .max(slack);
         let limit = started + bound;
         while !self.supervisor.finished() && self.now() < limit {
             self.advance(Duration::from_millis(10));
@@ -323,6 +570,59 @@ impl World {
         }
         Ok(())
     }
+}
+
+/// Whether the stop of the worker led by `pgid` takes its instance away
+/// for the shutdown: it is to be removed, and no other worker of its slot
+/// serves or is about to. A worker replaced by a ready one (a rollout that
+/// goes on while the app waits to wind down), a failed run (not ready in
+/// time, unhealthy, a missed watchdog: faults, like a crash) and a command
+/// (`stop`, `restart`) are not stops for the shutdown.
+fn for_the_shutdown(core: &Core, pgid: i32) -> bool {
+    let Some((app, worker)) = core.worker_of(pgid) else {
+        // Its stop already ended: nothing tells it apart.
+        return true;
+    };
+    let removed = matches!(
+        worker.state,
+        State::Stopping {
+            then: AfterStop::Remove,
+            ..
+        }
+    );
+    let replaced = app
+        .workers
+        .values()
+        .any(|w| w.slot == worker.slot && w.id != worker.id && w.state.is_running());
+    removed && !replaced
+}
+
+/// A scheduled app that must run on its ticks: one instance, an `every`
+/// schedule (a cron time may be a minute away), its dependencies met, not
+/// held by `stop`.
+fn must_run(app: &App) -> bool {
+    let every = matches!(
+        app.spec.schedule.as_ref().map(|s| &s.when),
+        Some(When::Every(_))
+    );
+    let held = app.workers.values().any(|w| w.state == State::Held);
+    every && app.spec.instances == 1 && !app.removed && app.gate.is_open() && !held
+}
+
+/// A scheduled app's armed run started, unless it may not start yet: its
+/// dependencies are not met, or the run it replaces is still stopping.
+fn armed_run_started(app: &App) -> Result<(), Violation> {
+    let armed = app.runs.as_ref().is_some_and(|r| r.armed);
+    let stopping = app.workers.values().any(|w| w.state.is_stopping());
+    let waiting = app.workers.values().any(|w| w.state == State::Pending);
+    if armed && app.gate.is_open() && !stopping && waiting {
+        return Err(Violation(format!(
+            "{}: a run is armed and its dependencies are met, but its worker waits: {:?}",
+            app.spec.name,
+            describe_workers(app)
+        )));
+    }
+    Ok(())
 }
 
 /// Every worker of `app`, one line each, for a violation's message.

@@ -16,12 +16,25 @@
 //! - a rollout never has more than `N + max_surge` processes, and only a
 //!   fault, a command, an edit or shutdown may take the ready count below
 //!   `N − max_unavailable`;
-//! - the core never refuses one of its own decisions (an anomaly).
+//! - the core never refuses one of its own decisions (an anomaly);
+//! - no process starts while its app's dependencies do not meet their
+//!   conditions, and each app's gate agrees with its dependencies' states;
+//! - a scheduled app never has two processes at once;
+//! - during a shutdown, no app gets a signal while an app that depends on
+//!   it still has a process.
+//!
+//! Some of these are about a moment inside a step — a spawn, a signal — that
+//! a look after the step could no longer judge (time passes within a step,
+//! and dependencies may come and go meanwhile): the world looks after every
+//! event it hands the supervisor ([`World::witness`]), and the fake records
+//! what it saw when it signalled and spawned.
 //!
 //! [`World::converges`] then lets time pass with healthy processes and checks
-//! that the running system equals the file, and [`World::shuts_down`] that a
-//! shutdown completes within the largest `kill_timeout` plus a bound.
-//! `tests/simulation.rs` generates schedules from seeds.
+//! that the running system equals the file (apps whose dependencies cannot
+//! be met wait, and scheduled apps run on their ticks), and
+//! [`World::shuts_down`] that a shutdown completes within the `kill_timeout`s
+//! of the longest chain of dependencies plus a bound. `tests/simulation.rs`
+//! generates schedules from seeds.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -30,12 +43,13 @@ use crate::control::Command;
 use crate::core::{Phase, WatchdogMessage};
 use crate::effects::CheckAnswer;
 use crate::effects::Effects;
-use crate::effects::fake::{FakeEffects, Life};
+use crate::effects::fake::{EXIT_AFTER_MS, FAIL_RUNS, FakeEffects, Life};
 use crate::effects::notify::Notification;
 use crate::effects::watch::{Load, Loaded};
 use crate::spec::{AppSpec, Desired, Probe, ProbeKind, ProbeSpec, Readiness, Template};
 use crate::supervisor::{Event, Supervisor};
 
+pub mod dependencies;
 mod invariants;
 mod step;
 
@@ -65,6 +79,15 @@ pub struct World {
     /// The last thing that may take workers away on purpose or by fault.
     disruptive: bool,
     pub shutdown_at: Option<Instant>,
+    /// The second SIGINT came: everything is killed at once, in no order.
+    killed_all: bool,
+    /// The first violation seen at a moment inside a step (a spawn, a
+    /// signal, a file written), for the next [`World::check`].
+    witnessed: Option<Violation>,
+    /// The first pid and the first signal [`World::witness`] has not
+    /// looked at yet.
+    unseen_pid: i32,
+    unseen_signal: usize,
     /// The steps taken, for a failure's report.
     pub trace: Vec<Step>,
 }
@@ -80,6 +103,18 @@ pub fn app(name: &str, instances: u32, ready: Readiness) -> AppSpec {
     spec.ready_timeout = Duration::from_secs(3);
     spec.kill_timeout = Duration::from_secs(2);
     spec.backoff.max = Duration::from_secs(2);
+    spec
+}
+
+/// `spec` whose program ends on its own `after` its spawn, as a one-shot or
+/// a scheduled job does: with code 1 for each instance's first
+/// `failing_runs` processes, 0 after (see [`crate::effects::fake`]).
+pub fn ending_on_its_own(mut spec: AppSpec, after: Duration, failing_runs: u32) -> AppSpec {
+    spec.process.argv = vec![
+        Template::literal("/bin/job"),
+        Template::literal(format!("{EXIT_AFTER_MS}{}", after.as_millis())),
+        Template::literal(format!("{FAIL_RUNS}{failing_runs}")),
+    ];
     spec
 }
 
@@ -118,6 +153,7 @@ impl World {
             apps: apps.clone(),
             memory_check: crate::spec::defaults::MEMORY_CHECK,
         };
+        let written = dependencies::refusal(&apps);
         let mut supervisor = Supervisor::new(&desired, "ecosystem.yaml", UID, fake);
         supervisor.start();
         let mut world = World {
@@ -129,10 +165,26 @@ impl World {
             ready_before: HashMap::new(),
             disruptive: false,
             shutdown_at: None,
+            killed_all: false,
+            witnessed: written.map(refused_file),
+            unseen_pid: 0,
+            unseen_signal: 0,
             trace: Vec::new(),
         };
+        world.witness();
         world.deliver();
         world
+    }
+
+    /// Hand the supervisor one event, then look at what it did.
+    pub fn handle(&mut self, event: Event) {
+        self.handle_all([event]);
+    }
+
+    /// Hand the supervisor a batch of events, then look at what it did.
+    pub fn handle_all(&mut self, events: impl IntoIterator<Item = Event>) {
+        self.supervisor.handle_all(events);
+        self.witness();
     }
 
     pub fn now(&self) -> Instant {
@@ -155,7 +207,7 @@ impl World {
         for _ in 0..MAX_TICKS {
             let reports = self.fake().due_exec_reports();
             if !reports.is_empty() {
-                self.supervisor.handle_all(
+                self.handle_all(
                     reports
                         .into_iter()
                         .map(|(pid, status)| Event::ExecStatus { pid, status }),
@@ -165,13 +217,13 @@ impl World {
             let mut reaped = false;
             if self.supervisor.effects().sigchld_pending() {
                 let before = self.zombies();
-                self.supervisor.handle(Event::ChildExited);
+                self.handle(Event::ChildExited);
                 // Zombies the supervisor cannot reap yet wait for their exec
                 // status, which is still to come.
                 reaped = self.zombies() != before;
             }
             if self.fake().take_emptied_groups() {
-                self.supervisor.handle(Event::GroupsChanged);
+                self.handle(Event::GroupsChanged);
                 continue;
             }
             if !reaped {
@@ -203,7 +255,7 @@ impl World {
             }
             let wake = self.supervisor.next_wake();
             if wake <= now {
-                self.supervisor.handle(Event::Timer);
+                self.handle(Event::Timer);
                 continue;
             }
             let next = self
@@ -221,7 +273,7 @@ impl World {
             if next >= wake {
                 // The loop's sleep until `wake` ended.
                 self.deliver();
-                self.supervisor.handle(Event::Timer);
+                self.handle(Event::Timer);
             }
         }
         panic!("advance: no progress after {MAX_TICKS} steps: a busy loop");
@@ -253,8 +305,7 @@ impl World {
             .filter(|pid| self.runs_program(*pid))
             .collect();
         if !probing.is_empty() {
-            self.supervisor
-                .handle_all(probing.into_iter().map(|pid| Event::ProbeSucceeded { pid }));
+            self.handle_all(probing.into_iter().map(|pid| Event::ProbeSucceeded { pid }));
         }
         let notifying: Vec<i32> = self
             .supervisor
@@ -290,7 +341,7 @@ impl World {
         watchdog: Option<WatchdogMessage>,
         extend_timeout: Option<Duration>,
     ) {
-        self.supervisor.handle(Event::Notified(Notification {
+        self.handle(Event::Notified(Notification {
             sender_pid: pid,
             sender_uid: uid,
             sender_pgid: Some(pid),
@@ -305,7 +356,7 @@ impl World {
     /// The running check `number` of the worker led by `pid` answers.
     pub fn answer_check(&mut self, pid: i32, number: u64, passed: bool) {
         self.fake().check_done(pid);
-        self.supervisor.handle(Event::Checked(CheckAnswer {
+        self.handle(Event::Checked(CheckAnswer {
             pid,
             check: number,
             passed,
@@ -338,19 +389,21 @@ impl World {
                 (*pid, if Some(*pid) == over { limit + 1 } else { 0 })
             })
             .collect();
-        self.supervisor
-            .handle(Event::MemoryMeasured { round, usage });
+        self.handle(Event::MemoryMeasured { round, usage });
     }
 
     /// Apply a new version of the file (as the config loader would hand it).
     pub fn apply(&mut self, apps: Vec<AppSpec>) {
+        if let Some(reason) = dependencies::refusal(&apps) {
+            self.witnessed.get_or_insert(refused_file(reason));
+        }
         self.written = apps.clone();
         let desired = Desired {
             source: self.desired.source.clone(),
             apps,
             memory_check: self.desired.memory_check,
         };
-        self.supervisor.handle(Event::Config(Loaded {
+        self.handle(Event::Config(Loaded {
             trigger: "the file changed".into(),
             load: Load::Valid {
                 desired: desired.clone(),
@@ -365,7 +418,9 @@ impl World {
 
     /// A control command; its reply.
     pub fn command(&mut self, command: Command) -> serde_json::Value {
-        self.supervisor.control(command)
+        let reply = self.supervisor.control(command);
+        self.witness();
+        reply
     }
 
     /// The live processes (running or stopping), by pid.
@@ -406,4 +461,12 @@ impl World {
         pids.sort();
         pids
     }
+}
+
+/// The simulation wrote a file `check` refuses: a bug of the simulation,
+/// not of the core.
+fn refused_file(reason: String) -> Violation {
+    Violation(format!(
+        "the simulation wrote a file `check` refuses ({reason}): fix the simulation"
+    ))
 }

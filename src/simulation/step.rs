@@ -2,13 +2,17 @@
 
 use std::time::Duration;
 
+use super::dependencies::SHORTEST_EVERY;
 use super::{UID, Violation, World, app, probe};
 use crate::control::Command;
 use crate::core::WatchdogMessage;
 use crate::core::worker::{Exit, StartError, StartStage};
 use crate::effects::fake::Behaviour;
 use crate::effects::watch::{Load, Loaded};
-use crate::spec::{HealthCheck, Readiness, Template};
+use crate::spec::{
+    Condition, Dependency, HealthCheck, OnDependencyRestart, Overlap, Readiness, RestartPolicy,
+    ScheduleSpec, Template, When,
+};
 use crate::supervisor::Event;
 
 /// One thing that happens to the world. Indices are taken modulo the
@@ -76,6 +80,8 @@ pub enum CommandKind {
     Restart,
     Stop,
     Start,
+    /// A run of a scheduled app now (refused for any other).
+    Trigger,
 }
 
 /// How an edit changes the file.
@@ -96,8 +102,30 @@ pub enum Edit {
         millis: u64,
     },
     Add,
+    /// The app goes, and so do the dependencies on it (an edit that kept
+    /// them would be refused).
     Remove {
         app: usize,
+    },
+    /// An app (not the first) waits for one before it on `condition` (or
+    /// `ready`, when the other cannot meet that one); `replace`:
+    /// `on_dependency_restart: restart`.
+    Depend {
+        app: usize,
+        on: usize,
+        condition: Condition,
+        replace: bool,
+    },
+    /// An app waits for nothing any more.
+    Independent {
+        app: usize,
+    },
+    /// A scheduled app's schedule changes.
+    Reschedule {
+        app: usize,
+        every_millis: u64,
+        overlap: Overlap,
+        run_on_start: bool,
     },
 }
 
@@ -106,6 +134,7 @@ impl World {
     pub fn step(&mut self, step: Step) -> Result<(), Violation> {
         self.trace.push(step.clone());
         self.ready_before = self.ready_counts();
+        let began = self.now();
         let broken_before = self.supervisor.core().broken();
         let quiet = matches!(
             step,
@@ -153,7 +182,7 @@ impl World {
                 probing.sort();
                 if !probing.is_empty() {
                     let pid = probing[process % probing.len()];
-                    self.supervisor.handle(Event::ProbeSucceeded { pid });
+                    self.handle(Event::ProbeSucceeded { pid });
                 }
             }
             Step::Notify { process, foreign } => {
@@ -201,12 +230,13 @@ impl World {
                         CommandKind::Restart => Command::Restart { target },
                         CommandKind::Stop => Command::Stop { target },
                         CommandKind::Start => Command::Start { target },
+                        CommandKind::Trigger => Command::Trigger { app: name.clone() },
                     };
                     self.command(command);
                 }
             }
             Step::Edit(edit) => self.edit(edit),
-            Step::InvalidEdit => self.supervisor.handle(Event::Config(Loaded {
+            Step::InvalidEdit => self.handle(Event::Config(Loaded {
                 trigger: "the file changed".into(),
                 load: Load::Invalid {
                     rendered: "ecosystem.yaml:1:1: error: simulated".into(),
@@ -219,16 +249,20 @@ impl World {
         }
         self.deliver();
         // A stop for a failed check, memory or a missed watchdog is a fault,
-        // even when it comes with time passing.
-        self.disruptive = !quiet || self.supervisor.core().broken() != broken_before;
+        // even when it comes with time passing; so is a program's own end.
+        self.disruptive = !quiet
+            || self.supervisor.core().broken() != broken_before
+            || self.ended_on_their_own(began);
         self.check()
     }
 
     pub(super) fn signal(&mut self, event: Event) {
         if self.shutdown_at.is_none() {
             self.shutdown_at = Some(self.now());
+        } else if matches!(event, Event::Interrupt) {
+            self.killed_all = true;
         }
-        self.supervisor.handle(event);
+        self.handle(event);
     }
 
     fn edit(&mut self, edit: Edit) {
@@ -236,7 +270,12 @@ impl World {
         match edit {
             Edit::Scale { app, instances } if !apps.is_empty() => {
                 let index = app % apps.len();
-                apps[index].instances = instances;
+                apps[index].instances = if apps[index].schedule.is_some() {
+                    // Schedules run one instance.
+                    instances.min(1)
+                } else {
+                    instances
+                };
                 if let Readiness::Probe(_) = apps[index].ready {
                     apps[index].ready = probe(instances);
                 }
@@ -268,10 +307,80 @@ impl World {
             }
             Edit::Remove { app } if !apps.is_empty() => {
                 let index = app % apps.len();
-                apps.remove(index);
+                let removed = apps.remove(index);
+                for other in &mut apps {
+                    other.depends_on.retain(|d| d.app != removed.name);
+                }
+            }
+            Edit::Depend {
+                app,
+                on,
+                condition,
+                replace,
+            } if apps.len() > 1 => {
+                let index = 1 + app % (apps.len() - 1);
+                let other = &apps[on % index];
+                if other.schedule.is_some() {
+                    // Nothing can wait for a scheduled app.
+                    return;
+                }
+                let condition = match condition {
+                    Condition::Healthy if other.health.is_none() => Condition::Ready,
+                    Condition::Completed if other.restart == RestartPolicy::Always => {
+                        Condition::Ready
+                    }
+                    condition => condition,
+                };
+                let dependency = Dependency {
+                    app: other.name.clone(),
+                    condition,
+                };
+                let spec = &mut apps[index];
+                spec.depends_on.retain(|d| d.app != dependency.app);
+                spec.depends_on.push(dependency);
+                spec.on_dependency_restart = if replace {
+                    OnDependencyRestart::Restart
+                } else {
+                    OnDependencyRestart::Ignore
+                };
+            }
+            Edit::Independent { app } if !apps.is_empty() => {
+                let index = app % apps.len();
+                if apps[index].depends_on.is_empty() {
+                    return;
+                }
+                apps[index].depends_on.clear();
+            }
+            Edit::Reschedule {
+                app,
+                every_millis,
+                overlap,
+                run_on_start,
+            } => {
+                let scheduled: Vec<usize> = (0..apps.len())
+                    .filter(|i| apps[*i].schedule.is_some())
+                    .collect();
+                if scheduled.is_empty() {
+                    return;
+                }
+                let index = scheduled[app % scheduled.len()];
+                apps[index].schedule = Some(ScheduleSpec {
+                    when: When::Every(Duration::from_millis(every_millis).max(SHORTEST_EVERY)),
+                    overlap,
+                    run_on_start,
+                });
             }
             _ => return,
         }
         self.apply(apps);
+    }
+
+    /// A process ended on its own since `since` (its command line said so).
+    pub(super) fn ended_on_their_own(&self, since: std::time::Instant) -> bool {
+        let now = self.now();
+        self.supervisor
+            .effects()
+            .processes()
+            .any(|p| p.ends.is_some_and(|(at, _)| at > since && at <= now))
     }
 }
