@@ -756,6 +756,7 @@ fn ten_thousand_instances_reconcile_quickly_and_app_by_app() {
         recreate: false,
         winding_down: false,
         may_start: true,
+        holding: false,
     };
     for (spec, workers) in &fleet {
         assert!(reconcile(target(spec), workers, t0).steps.is_empty());

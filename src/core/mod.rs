@@ -517,6 +517,7 @@ impl Core {
                     recreate: app.recreate,
                     winding_down: app.winding_down,
                     may_start,
+                    holding: self.phase == Phase::ShuttingDown && !app.winding_down,
                 };
                 let Plan { mut steps, wake_at } = reconcile::reconcile(target, &app.workers, now);
                 // Starts beyond this turn's budget wait for the next turn,

@@ -39,7 +39,9 @@
 //!   one started (the first one `every` after ready), and fails when not
 //!   answered within `health.timeout`; its watchdog deadline passing is a
 //!   step too;
-//! - while shutting down, every process is stopped and nothing starts.
+//! - while shutting down, every process is stopped and nothing starts; an
+//!   app that others depend on holds still (stops under way go on) until
+//!   they have stopped.
 //!
 //! One call costs O(N log N) for N workers: they are grouped by slot once.
 
@@ -69,6 +71,10 @@ pub struct Target<'a> {
     /// Processes may start: the app's dependencies are met (and, scheduled,
     /// a run is on). When not, workers wait where they are.
     pub may_start: bool,
+    /// Shutting down, but apps that depend on this one still run: it keeps
+    /// what it has as it is — no check, no recycle, no start — until it
+    /// winds down in its turn. Stops already under way go on.
+    pub holding: bool,
 }
 
 /// Why a worker is being stopped (for the log).
@@ -208,6 +214,9 @@ pub fn reconcile(target: Target<'_>, workers: &Workers, now: Instant) -> Plan {
     }
     if target.winding_down {
         wind_down(workers, &mut plan);
+        return plan;
+    }
+    if target.holding {
         return plan;
     }
     let before = plan.steps.len();

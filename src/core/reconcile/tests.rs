@@ -583,6 +583,7 @@ fn reconcile_is_n_log_n_not_n_squared() {
             recreate: false,
             winding_down: false,
             may_start: true,
+            holding: false,
         };
         // The fastest of many: a run preempted on a loaded machine (the
         // tests run in parallel) does not count.
@@ -657,6 +658,7 @@ fn rolling_target(spec: &AppSpec) -> Target<'_> {
         recreate: false,
         winding_down: false,
         may_start: true,
+        holding: false,
     }
 }
 
