@@ -161,12 +161,16 @@ impl Core {
     /// dependencies in a cycle (which `check` refuses). Everything winds
     /// down rather than waiting for ever.
     fn break_shutdown_cycle(&mut self) -> bool {
+        // From the workers as they are now, not from the apps' flags (an app
+        // whose last worker went later in this pass has not freed its
+        // dependencies' flags yet).
         let stuck = self.phase == Phase::ShuttingDown
             && self.apps.values().any(|a| !a.workers.is_empty())
-            && !self
+            && self
                 .apps
-                .values()
-                .any(|a| a.winding_down && !a.workers.is_empty());
+                .iter()
+                .filter(|(_, a)| !a.workers.is_empty())
+                .all(|(name, _)| self.has_live_dependents(name));
         if stuck {
             for app in self.apps.values_mut() {
                 app.winding_down = true;

@@ -40,8 +40,9 @@
 //!   answered within `health.timeout`; its watchdog deadline passing is a
 //!   step too;
 //! - while shutting down, every process is stopped and nothing starts; an
-//!   app that others depend on holds still (stops under way go on) until
-//!   they have stopped.
+//!   app that others depend on holds still until they have stopped: stops
+//!   under way go on and a missed watchdog still stops its instance, but
+//!   no check runs and nothing starts.
 //!
 //! One call costs O(N log N) for N workers: they are grouped by slot once.
 
@@ -73,7 +74,8 @@ pub struct Target<'a> {
     pub may_start: bool,
     /// Shutting down, but apps that depend on this one still run: it keeps
     /// what it has as it is — no check, no recycle, no start — until it
-    /// winds down in its turn. Stops already under way go on.
+    /// winds down in its turn. Stops under way go on, and a missed watchdog
+    /// still stops its instance.
     pub holding: bool,
 }
 
@@ -216,12 +218,12 @@ pub fn reconcile(target: Target<'_>, workers: &Workers, now: Instant) -> Plan {
         wind_down(workers, &mut plan);
         return plan;
     }
-    if target.holding {
-        return plan;
-    }
     let before = plan.steps.len();
     for worker in workers.values() {
-        watch(worker, target.spec, now, &mut plan);
+        watch(worker, target.spec, !target.holding, now, &mut plan);
+    }
+    if target.holding {
+        return plan;
     }
     if plan.steps.len() > before {
         // Checks, their timeouts and missed watchdogs first, alone: what
@@ -533,7 +535,7 @@ fn retire(old: &Worker, plan: &mut Plan) -> bool {
 /// A ready worker's watchdog and liveness checks: what is due now, and when
 /// to look again. A worker being recycled is not checked any more (its
 /// replacement is on its way), but its watchdog still holds.
-fn watch(worker: &Worker, spec: &AppSpec, now: Instant, plan: &mut Plan) {
+fn watch(worker: &Worker, spec: &AppSpec, checks: bool, now: Instant, plan: &mut Plan) {
     let State::Ready { since: ready, .. } = worker.state else {
         return;
     };
@@ -544,7 +546,11 @@ fn watch(worker: &Worker, spec: &AppSpec, now: Instant, plan: &mut Plan) {
         }
         plan.wake(watchdog.deadline);
     }
-    let Some(health) = spec.health.as_ref().filter(|_| worker.recycle.is_none()) else {
+    let Some(health) = spec
+        .health
+        .as_ref()
+        .filter(|_| checks && worker.recycle.is_none())
+    else {
         return;
     };
     let (due, step) = match worker.health.in_flight {

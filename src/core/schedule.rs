@@ -125,7 +125,13 @@ impl Core {
         let Some(app) = self.apps.get_mut(name) else {
             return false;
         };
-        let Some(schedule) = app.spec.schedule.clone().filter(|_| !app.removed) else {
+        let running = self.phase == super::Phase::Running;
+        let Some(schedule) = app
+            .spec
+            .schedule
+            .clone()
+            .filter(|_| !app.removed && running)
+        else {
             return std::mem::take(&mut app.runs).is_some();
         };
         let runs = app.runs.get_or_insert_with(Runs::default);
