@@ -161,10 +161,11 @@ pub fn status(socket: &Path, all: bool, json: bool) -> Result<(), Failure> {
 /// app's runs (`next run 2026-12-02T03:00:00Z (in 19h 58m); last run exit 0,
 /// took 2.1s, 3m ago`).
 fn app_note(app: &AppStatus) -> Option<String> {
-    if let Some(waiting) = &app.waiting {
-        return Some(waiting.clone());
-    }
-    let schedule = app.schedule.as_ref()?;
+    let waiting = app.waiting.as_ref().map(|w| format!("{w}; "));
+    let Some(schedule) = app.schedule.as_ref() else {
+        return app.waiting.clone();
+    };
+    let waiting = waiting.unwrap_or_default();
     let next = match (&schedule.next_run, schedule.next_in_s) {
         (Some(at), Some(seconds)) => format!("next run {at} (in {})", duration(seconds)),
         _ => "no next run".to_string(),
@@ -189,7 +190,7 @@ fn app_note(app: &AppStatus) -> Option<String> {
         ),
         _ => "; not run yet".to_string(),
     };
-    Some(format!("{next}{now}{last}"))
+    Some(format!("{waiting}{next}{now}{last}"))
 }
 
 #[cfg(test)]

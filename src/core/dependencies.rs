@@ -227,6 +227,10 @@ impl Core {
         app.dirty = true;
         if app.gate != gate {
             app.gate = gate.clone();
+            if self.phase == Phase::ShuttingDown {
+                // Dependencies stop one after another: no news in that.
+                return true;
+            }
             let event = match gate {
                 Gate::Open => Event::DependenciesMet {
                     app: name.to_string(),
@@ -260,6 +264,12 @@ impl Core {
         fresh: Vec<(String, BTreeSet<Incarnation>)>,
     ) -> Option<String> {
         let app = self.apps.get_mut(name)?;
+        // What is no longer watched is forgotten: switched back on later,
+        // an old replacement does not count.
+        let watching = app.spec.on_dependency_restart == OnDependencyRestart::Restart;
+        let depends_on = &app.spec.depends_on;
+        app.dependency_seen
+            .retain(|dependency, _| watching && depends_on.iter().any(|d| d.app == *dependency));
         if !gate.is_open() {
             return None;
         }

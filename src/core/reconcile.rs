@@ -309,8 +309,15 @@ pub fn reconcile(target: Target<'_>, workers: &Workers, now: Instant) -> Plan {
         .values()
         .filter(|w| has_process(w) || (w.slot < desired && occupies(w)))
         .count();
-    let limit = desired as usize + spec.reload.max_surge as usize;
-    let floor = (desired as usize).saturating_sub(spec.reload.max_unavailable as usize);
+    // A scheduled app's run is never cut short by a new definition: its
+    // replacement waits (it may not start beside the run) and the run ends
+    // on its own, whatever `reload` says.
+    let (max_surge, max_unavailable) = match spec.schedule {
+        Some(_) => (1, 0),
+        None => (spec.reload.max_surge, spec.reload.max_unavailable),
+    };
+    let limit = desired as usize + max_surge as usize;
+    let floor = (desired as usize).saturating_sub(max_unavailable as usize);
 
     let empty = Slot::default();
     for number in 0..desired {
