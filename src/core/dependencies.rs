@@ -140,6 +140,7 @@ impl Core {
             .iter()
             .filter(|(_, app)| {
                 let plain = app.spec.depends_on.is_empty()
+                    && app.dependency_seen.is_empty()
                     && app.gate.is_open()
                     && app.spec.schedule.is_none()
                     && app.runs.is_none()

@@ -1,6 +1,8 @@
-//! Hostile round 13: dependencies and schedules, as a hostile (or new) user
-//! meets them. Each test is a problem found and fails until it is fixed;
-//! the report that goes with this branch has the reproductions by hand.
+//! Dependencies and schedules as a hostile (or new) user met them: each test
+//! is a problem that round found (scale writing a file the supervisor
+//! refuses, a held job still running, an edit mid-run starting a second
+//! run, stale restart memory, cron times off by the clock's fraction, a
+//! quadratic did-you-mean), kept so that it stays fixed.
 
 mod common;
 
