@@ -10,7 +10,7 @@ use super::dependencies::{
     Standing, core_gate, dependents, describe, expected_gate, longest_chain, standing,
 };
 use super::{Violation, World};
-use crate::core::worker::{AfterStop, State};
+use crate::core::worker::{AfterStop, State, WorkerId};
 use crate::core::{App, Core, Phase};
 use crate::effects::fake::Life;
 use crate::spec::{ReloadLimits, When};
@@ -189,12 +189,13 @@ impl World {
                 if now == Standing::Met {
                     continue;
                 }
-                // The core let it start, and its gate is closed now: the gate
-                // changed within the turn that ordered the spawn.
-                let turn = if app.gate.is_open() {
-                    ""
+                // The core let it start, its gate is closed now, and the
+                // dependency stopped or dropped a worker in this turn: the
+                // gate was looked at before the dependency's own decisions.
+                let turn = if !app.gate.is_open() && self.lost_a_worker(&dependency.app) {
+                    " (its gate closed in the turn that started it, as the dependency stopped or dropped a worker)"
                 } else {
-                    " (its gate closed within the turn that started it)"
+                    ""
                 };
                 return Some(format!(
                     "{label} was spawned while its dependency is {now:?}{turn}: {}",
@@ -203,6 +204,40 @@ impl World {
             }
         }
         None
+    }
+
+    /// The workers of each app that were not stopping, by id: what
+    /// [`World::lost_a_worker`] compares with after an event.
+    pub(super) fn going_workers(&self) -> HashMap<String, Vec<WorkerId>> {
+        let core = self.supervisor.core();
+        if core.apps().all(|a| a.spec.depends_on.is_empty()) {
+            // Only the dependencies of an app are asked about.
+            return HashMap::new();
+        }
+        core.apps()
+            .map(|app| {
+                let going = app
+                    .workers
+                    .values()
+                    .filter(|w| !w.state.is_stopping())
+                    .map(|w| w.id)
+                    .collect();
+                (app.spec.name.clone(), going)
+            })
+            .collect()
+    }
+
+    /// A worker of `app` that was not stopping before the event the
+    /// supervisor just handled is gone or stopping now.
+    fn lost_a_worker(&self, app: &str) -> bool {
+        let Some(before) = self.going_before.get(app) else {
+            return false;
+        };
+        let now = self.supervisor.core().app(app);
+        before.iter().any(|id| {
+            now.and_then(|a| a.workers.get(id))
+                .is_none_or(|w| w.state.is_stopping())
+        })
     }
 
     fn signal_violation(&self) -> Option<String> {
@@ -219,14 +254,26 @@ impl World {
             let Some(app) = &sent.app else {
                 continue;
             };
-            if !for_the_shutdown(core, sent.pgid) {
+            let Some(why) = taken_away(core, sent.pgid) else {
                 continue;
-            }
+            };
             if let Some(dependent) =
                 dependents(core, app).find(|d| sent.live_apps.contains(&d.spec.name))
             {
+                // Dependents and dependencies stopped in one turn, for the
+                // shutdown both, after the turn it began in.
+                let together = why.is_empty()
+                    && !self.shutdown_turn
+                    && signals
+                        .iter()
+                        .any(|other| other.app.as_ref() == Some(&dependent.spec.name));
+                let together = if together {
+                    " (it was signalled in the same turn: everything wound down at once)"
+                } else {
+                    ""
+                };
                 return Some(format!(
-                    "{} to {app} (pid {}) during the shutdown while {}, which depends on it, still had a process (its workers now: {:?})",
+                    "{} to {app} (pid {}) during the shutdown{why} while {}, which depends on it, still had a process{together} (its workers now: {:?})",
                     sent.signal.as_str(),
                     sent.pgid,
                     dependent.spec.name,
@@ -305,7 +352,19 @@ impl World {
             }
         }
         expected.sort();
-        (running != expected).then(|| {
+        if running == expected {
+            return None;
+        }
+        let extra: Vec<&(i32, u64)> = running.iter().filter(|c| !expected.contains(c)).collect();
+        let killed = self.killed_all
+            && !extra.is_empty()
+            && extra.iter().all(|(pid, _)| {
+                core.worker_of(*pid)
+                    .is_none_or(|(_, w)| w.state.is_stopping())
+            });
+        Some(if killed {
+            format!("liveness checks of workers the second SIGINT killed still run: {extra:?}")
+        } else {
             format!("liveness checks running {running:?}, but the workers wait for {expected:?}")
         })
     }
@@ -573,15 +632,17 @@ impl World {
 }
 
 /// Whether the stop of the worker led by `pgid` takes its instance away
-/// for the shutdown: it is to be removed, and no other worker of its slot
-/// serves or is about to. A worker replaced by a ready one (a rollout that
-/// goes on while the app waits to wind down), a failed run (not ready in
-/// time, unhealthy, a missed watchdog: faults, like a crash) and a command
-/// (`stop`, `restart`) are not stops for the shutdown.
-fn for_the_shutdown(core: &Core, pgid: i32) -> bool {
+/// during a shutdown: it is to be removed, and no other worker of its slot
+/// serves or is about to; then what else is known of it (a stop of an
+/// older generation while others of its app run on: a rollout going on). A worker replaced by a ready one
+/// (a rollout that goes on while the app waits to wind down), a failed run
+/// or a broken one (not ready in time, unhealthy, a missed watchdog, over
+/// `max_memory`: faults, like a crash) and a command (`stop`, `restart`)
+/// do not count.
+fn taken_away(core: &Core, pgid: i32) -> Option<&'static str> {
     let Some((app, worker)) = core.worker_of(pgid) else {
         // Its stop already ended: nothing tells it apart.
-        return true;
+        return Some("");
     };
     let removed = matches!(
         worker.state,
@@ -594,7 +655,16 @@ fn for_the_shutdown(core: &Core, pgid: i32) -> bool {
         .workers
         .values()
         .any(|w| w.slot == worker.slot && w.id != worker.id && w.state.is_running());
-    removed && !replaced
+    if !removed || replaced || worker.recycle.is_some() {
+        return None;
+    }
+    // A wind-down stops every worker of its app at once.
+    let others_run = app.workers.values().any(|w| w.state.is_running());
+    Some(if worker.generation < app.generation && others_run {
+        " (an old generation: a rollout went on in the shutdown)"
+    } else {
+        ""
+    })
 }
 
 /// A scheduled app that must run on its ticks: one instance, an `every`

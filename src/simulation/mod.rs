@@ -81,9 +81,14 @@ pub struct World {
     pub shutdown_at: Option<Instant>,
     /// The second SIGINT came: everything is killed at once, in no order.
     killed_all: bool,
+    /// The event being handled is the signal that begins the shutdown.
+    shutdown_turn: bool,
     /// The first violation seen at a moment inside a step (a spawn, a
     /// signal, a file written), for the next [`World::check`].
     witnessed: Option<Violation>,
+    /// The workers of each app that were not stopping before the event
+    /// being handled (see [`World::witness`]).
+    going_before: HashMap<String, Vec<crate::core::worker::WorkerId>>,
     /// The first pid and the first signal [`World::witness`] has not
     /// looked at yet.
     unseen_pid: i32,
@@ -166,7 +171,9 @@ impl World {
             disruptive: false,
             shutdown_at: None,
             killed_all: false,
+            shutdown_turn: false,
             witnessed: written.map(refused_file),
+            going_before: HashMap::new(),
             unseen_pid: 0,
             unseen_signal: 0,
             trace: Vec::new(),
@@ -183,6 +190,7 @@ impl World {
 
     /// Hand the supervisor a batch of events, then look at what it did.
     pub fn handle_all(&mut self, events: impl IntoIterator<Item = Event>) {
+        self.going_before = self.going_workers();
         self.supervisor.handle_all(events);
         self.witness();
     }
@@ -418,6 +426,7 @@ impl World {
 
     /// A control command; its reply.
     pub fn command(&mut self, command: Command) -> serde_json::Value {
+        self.going_before = self.going_workers();
         let reply = self.supervisor.control(command);
         self.witness();
         reply

@@ -257,12 +257,14 @@ impl World {
     }
 
     pub(super) fn signal(&mut self, event: Event) {
+        self.shutdown_turn = self.shutdown_at.is_none();
         if self.shutdown_at.is_none() {
             self.shutdown_at = Some(self.now());
         } else if matches!(event, Event::Interrupt) {
             self.killed_all = true;
         }
         self.handle(event);
+        self.shutdown_turn = false;
     }
 
     fn edit(&mut self, edit: Edit) {
