@@ -1,6 +1,6 @@
 //! Facts about the machine that checking a file depends on, and the lookups
 //! that find them: users and groups (NSS, which may be slow: LDAP, sssd),
-//! programs along a `PATH`, the CPU count.
+//! programs along a `PATH`, the CPU count, the time zone.
 //!
 //! They are injected ([`Host`]) so tests can pin them, and they run only
 //! where the file is checked: `supervise check`, the start, and the config
@@ -77,11 +77,14 @@ pub struct Host {
     /// The `PATH` programs are looked up in when an app's `env` sets none.
     pub path: Option<OsString>,
     pub accounts: Arc<dyn Accounts>,
+    /// The time zone a cron `schedule` without `timezone` is read in.
+    pub timezone: chrono_tz::Tz,
 }
 
 impl Host {
-    /// The facts of this machine and process. `SUPERVISE_TEST_CPUS` overrides the
-    /// CPU count so tests (and their snapshots) do not depend on the machine.
+    /// The facts of this machine and process. `SUPERVISE_TEST_CPUS`
+    /// overrides the CPU count and `TZ` the time zone, so tests (and their
+    /// snapshots) do not depend on the machine.
     pub fn detect() -> Host {
         let cpus = std::env::var("SUPERVISE_TEST_CPUS")
             .ok()
@@ -97,18 +100,33 @@ impl Host {
             uid: nix::unistd::geteuid().as_raw(),
             path: std::env::var_os("PATH"),
             accounts: Arc::new(SystemAccounts),
+            timezone: std::env::var("TZ")
+                .ok()
+                .and_then(|name| name.trim_start_matches(':').parse().ok())
+                .unwrap_or_else(machine_timezone),
         }
     }
 }
 
+/// The machine's time zone (`/etc/localtime`, `/etc/timezone`), UTC when it
+/// cannot be found or is not a zone we know. (`TZ`, when it names a zone,
+/// comes first, as for every program.)
+fn machine_timezone() -> chrono_tz::Tz {
+    iana_time_zone::get_timezone()
+        .ok()
+        .and_then(|name| name.parse().ok())
+        .unwrap_or(chrono_tz::Tz::UTC)
+}
+
 impl Host {
-    /// Fixed facts (tests), with the machine's own accounts.
+    /// Fixed facts (tests), with the machine's own accounts, in UTC.
     pub fn pinned(cpus: u32, uid: u32, path: &str) -> Host {
         Host {
             cpus,
             uid,
             path: Some(path.into()),
             accounts: Arc::new(SystemAccounts),
+            timezone: chrono_tz::Tz::UTC,
         }
     }
 }

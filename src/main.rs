@@ -43,7 +43,7 @@ fn main() -> ExitCode {
             against: Some(against),
             ..
         }) => cli::check_diff(file, against),
-        Some(Command::Check { format, .. }) => cli::check(file, *format),
+        Some(Command::Check { format, graph, .. }) => cli::check(file, *format, *graph),
         Some(Command::Schema) => cli::schema(),
         Some(Command::Completions { shell }) => cli::completions(*shell),
         Some(Command::Man) => cli::man(),

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::spec::{AppSpec, Desired, ListenAddress};
+use crate::spec::{AppSpec, Desired, ListenAddress, When};
 
 /// What happens to one app when the file changes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,7 +78,22 @@ pub fn compare(old: &AppSpec, new: &AppSpec) -> AppChange {
         ("watchdog", a.watchdog != b.watchdog),
     ];
     let replaced = changed_names(&process);
-    let policy: [(&'static str, bool); 11] = [
+    let (old_schedule, new_schedule) = (old.schedule.as_ref(), new.schedule.as_ref());
+    // `overlap`, `run_on_start` and `timezone` tune a schedule: they are
+    // named on their own only when there is one before and after.
+    let both = old_schedule.zip(new_schedule);
+    let zones = both.and_then(|(a, b)| match (&a.when, &b.when) {
+        (When::Cron { timezone: a, .. }, When::Cron { timezone: b, .. }) => Some((a, b)),
+        _ => None,
+    });
+    let when_changed = match both {
+        Some((a, b)) => match (&a.when, &b.when) {
+            (When::Cron { cron: a, .. }, When::Cron { cron: b, .. }) => a != b,
+            (a, b) => a != b,
+        },
+        None => old_schedule.is_some() != new_schedule.is_some(),
+    };
+    let policy: [(&'static str, bool); 17] = [
         ("ready", old.ready != new.ready),
         ("ready_timeout", old.ready_timeout != new.ready_timeout),
         ("restart", old.restart != new.restart),
@@ -92,6 +107,18 @@ pub fn compare(old: &AppSpec, new: &AppSpec) -> AppChange {
         (
             "watchdog_signal",
             old.watchdog_signal != new.watchdog_signal,
+        ),
+        ("depends_on", old.depends_on != new.depends_on),
+        (
+            "on_dependency_restart",
+            old.on_dependency_restart != new.on_dependency_restart,
+        ),
+        ("schedule", when_changed),
+        ("timezone", zones.is_some_and(|(a, b)| a != b)),
+        ("overlap", both.is_some_and(|(a, b)| a.overlap != b.overlap)),
+        (
+            "run_on_start",
+            both.is_some_and(|(a, b)| a.run_on_start != b.run_on_start),
         ),
     ];
     let tuned = changed_names(&policy);
@@ -277,6 +304,58 @@ mod tests {
             "api: health, max_memory, watchdog_signal changed (applies to running instances; nothing restarted)"
         );
         assert!(matches!(&change[0], AppChange::Changed(c) if !c.replaces()));
+    }
+
+    #[test]
+    fn dependencies_and_schedules_tune() {
+        use crate::spec::{Condition, Dependency, OnDependencyRestart, Overlap, ScheduleSpec};
+
+        let cron = |text: &str, timezone: chrono_tz::Tz| ScheduleSpec {
+            when: When::Cron {
+                cron: text.parse().unwrap(),
+                timezone,
+            },
+            overlap: Overlap::Skip,
+            run_on_start: false,
+        };
+        let mut waiting = app("api", 2);
+        waiting.depends_on = vec![Dependency {
+            app: "db".into(),
+            condition: Condition::Ready,
+        }];
+        waiting.on_dependency_restart = OnDependencyRestart::Restart;
+        let change = diff(&desired(vec![app("api", 2)]), &desired(vec![waiting]));
+        assert_eq!(
+            change[0].to_string(),
+            "api: depends_on, on_dependency_restart changed (applies to running instances; nothing restarted)"
+        );
+        assert!(matches!(&change[0], AppChange::Changed(c) if !c.replaces()));
+
+        let mut nightly = app("report", 1);
+        nightly.schedule = Some(cron("0 3 * * *", chrono_tz::Tz::UTC));
+        assert_eq!(
+            lines(vec![app("report", 1)], vec![nightly.clone()]),
+            ["report: schedule changed (applies to running instances; nothing restarted)"],
+            "a new schedule is one change, not four"
+        );
+        let mut moved = nightly.clone();
+        moved.schedule = Some(ScheduleSpec {
+            overlap: Overlap::Queue,
+            run_on_start: true,
+            ..cron("0 3 * * *", chrono_tz::Tz::Europe__Paris)
+        });
+        assert_eq!(
+            lines(vec![nightly.clone()], vec![moved]),
+            [
+                "report: timezone, overlap, run_on_start changed (applies to running instances; nothing restarted)"
+            ]
+        );
+        let mut earlier = nightly.clone();
+        earlier.schedule = Some(cron("0 2 * * *", chrono_tz::Tz::UTC));
+        assert_eq!(
+            lines(vec![nightly], vec![earlier]),
+            ["report: schedule changed (applies to running instances; nothing restarted)"]
+        );
     }
 
     #[test]

@@ -500,6 +500,9 @@ impl When {
             return None;
         };
         let utc: chrono::DateTime<chrono::Utc> = wall.into();
+        // Whole seconds: croner keeps the fraction of its input in its answer
+        // (a run at :00.498 instead of :00).
+        let utc = chrono::Timelike::with_nanosecond(&utc, 0)?;
         let next = cron
             .find_next_occurrence(&utc.with_timezone(timezone), false)
             .ok()?;

@@ -133,3 +133,64 @@ fn huge_numbers_and_odd_scalars() {
     );
     refused(b"apps:\n  ? [a, b]\n  : {command: sleep 1}\n", "text");
 }
+
+#[test]
+fn every_app_waiting_for_every_other() {
+    // 200 apps, 39,800 edges and as many cycles: a few described, the rest counted.
+    let apps = 200;
+    let mut text = String::from("apps:\n");
+    for app in 0..apps {
+        let others: Vec<String> = (0..apps)
+            .filter(|other| *other != app)
+            .map(|other| format!("a{other}"))
+            .collect();
+        text.push_str(&format!(
+            "  a{app}:\n    command: sleep 1\n    depends_on: [{}]\n",
+            others.join(", ")
+        ));
+    }
+    let checked = refused(text.as_bytes(), "dependency cycle");
+    assert!(
+        checked.diagnostics.len() <= 11,
+        "{} diagnostics",
+        checked.diagnostics.len()
+    );
+    assert!(
+        checked
+            .diagnostics
+            .iter()
+            .any(|d| d.message.contains("more dependency cycles are not shown"))
+    );
+}
+
+#[test]
+fn a_long_dependency_chain_closed_into_a_ring() {
+    let apps = 2_000;
+    let mut text = String::from("apps:\n");
+    for app in 0..apps {
+        text.push_str(&format!(
+            "  a{app}:\n    command: sleep 1\n    depends_on: [a{}]\n",
+            (app + 1) % apps
+        ));
+    }
+    let checked = refused(text.as_bytes(), "dependency cycle");
+    assert_eq!(checked.diagnostics.len(), 1);
+    assert!(
+        checked.diagnostics[0].message.len() < 400,
+        "the path is cut: {}",
+        checked.diagnostics[0].message
+    );
+}
+
+#[test]
+fn cron_expressions_that_search_far() {
+    // No minute at all, and no date at all: refused at once, not searched for.
+    refused(
+        b"apps:\n  job:\n    command: sleep 1\n    schedule: \",,, * * * *\"\n",
+        "no time of day",
+    );
+    refused(
+        b"apps:\n  job:\n    command: sleep 1\n    schedule: \"0 0 31 2,4,6,9,11 *\"\n",
+        "no date",
+    );
+}

@@ -1,27 +1,38 @@
 //! `supervise check` against the fixture corpora, through the real binary.
 //!
-//! Runs with a fixed PATH and CPU count so the snapshots are the same on every
-//! machine; absolute paths of the fixture folder are replaced by `[FIXTURES]`.
+//! Runs with a fixed PATH, CPU count and time zone so the snapshots are the
+//! same on every machine; absolute paths of the fixture folder are replaced by
+//! `[FIXTURES]`.
 
 use std::path::Path;
 
 use assert_cmd::Command;
 
 fn check(dir: &Path, file: &str, extra: &[&str]) -> (i32, String) {
+    let (code, stdout, stderr) = check_with_stderr(dir, file, extra);
+    assert_eq!(stderr, "", "check writes diagnostics to stdout only");
+    (code, stdout)
+}
+
+fn check_with_stderr(dir: &Path, file: &str, extra: &[&str]) -> (i32, String, String) {
     let output = Command::cargo_bin("supervise")
         .expect("the supervise binary is built")
         .current_dir(dir)
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("SUPERVISE_TEST_CPUS", "4")
+        .env("TZ", "UTC")
         .args(["check", "-f", file])
         .args(extra)
         .output()
         .expect("supervise runs");
     let stdout = String::from_utf8(output.stdout).expect("output is UTF-8");
     let stderr = String::from_utf8(output.stderr).expect("output is UTF-8");
-    assert_eq!(stderr, "", "check writes diagnostics to stdout only");
-    (output.status.code().expect("exited normally"), stdout)
+    (
+        output.status.code().expect("exited normally"),
+        stdout,
+        stderr,
+    )
 }
 
 fn snapshot_settings(dir: &Path) -> insta::Settings {
@@ -135,6 +146,44 @@ fn json_format_lists_each_diagnostic_with_its_position() {
     let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(report["valid"], true);
     assert_eq!(report["diagnostics"][0]["severity"], "warning");
+}
+
+#[test]
+fn graph_draws_the_dependencies_in_mermaid_and_dot() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/valid");
+    snapshot_settings(&dir).bind(|| {
+        for (extra, name) in [
+            (&["--graph"][..], "graph_mermaid"),
+            (&["--graph", "dot"][..], "graph_dot"),
+        ] {
+            let (code, stdout, stderr) =
+                check_with_stderr(&dir, "depends-and-schedules.yaml", extra);
+            assert_eq!((code, stderr.as_str()), (0, ""), "{stdout}");
+            insta::assert_snapshot!(name, stdout);
+        }
+    });
+}
+
+#[test]
+fn graph_prints_only_the_graph_on_stdout_and_only_for_a_valid_file() {
+    let valid = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/valid");
+    let (code, stdout, stderr) = check_with_stderr(
+        &valid,
+        "warning-depends-on-zero-instances.yaml",
+        &["--graph"],
+    );
+    assert_eq!(code, 0);
+    assert!(stdout.starts_with("flowchart LR\n"), "{stdout}");
+    assert!(
+        stderr.contains("warning: `db` has 0 instances"),
+        "warnings go to stderr: {stderr}"
+    );
+
+    let invalid = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/invalid");
+    let (code, with_graph) = check(&invalid, "depends-cycle.yaml", &["--graph", "dot"]);
+    let (_, without) = check(&invalid, "depends-cycle.yaml", &[]);
+    assert_eq!(code, 1);
+    assert_eq!(with_graph, without, "an invalid file gets the usual report");
 }
 
 #[test]

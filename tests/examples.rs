@@ -199,6 +199,19 @@ struct Example {
     edits: fn(&Path) -> Vec<(String, String)>,
 }
 
+/// The port of the example's first TCP socket on 127.0.0.1 (bound by
+/// supervise: the test moved it to port 0).
+fn tcp_port(s: &mut Supervised) -> u16 {
+    let listening = s.wait_for("the TCP socket", |e| {
+        e["event"] == "listening" && e["address"].as_str().is_some_and(|a| a.starts_with("127."))
+    });
+    listening["address"]
+        .as_str()
+        .and_then(|a| a.rsplit(':').next())
+        .and_then(|p| p.parse().ok())
+        .expect("a port")
+}
+
 /// Run `example` as described in the module docs.
 fn drains(example: Example) {
     let source = example_dir(example.name);
@@ -211,14 +224,7 @@ fn drains(example: Example) {
         }
         std::fs::write(dir.join("ecosystem.yaml"), yaml).unwrap();
     });
-    let listening = s.wait_for("the TCP socket", |e| {
-        e["event"] == "listening" && e["address"].as_str().is_some_and(|a| a.starts_with("127."))
-    });
-    let port: u16 = listening["address"]
-        .as_str()
-        .and_then(|a| a.rsplit(':').next())
-        .and_then(|p| p.parse().ok())
-        .expect("a port");
+    let port = tcp_port(&mut s);
     s.wait_for("every instance ready", |e| e["event"] == "all_ready");
     let spawned = |s: &Supervised| -> Vec<i32> {
         s.events
@@ -392,14 +398,7 @@ fn the_stack_example_comes_up_in_order_and_answers() {
         let yaml = replace(&yaml, "7400", &db_port.to_string());
         std::fs::write(dir.join("ecosystem.yaml"), yaml).unwrap();
     });
-    let listening = s.wait_for("the API's socket", |e| {
-        e["event"] == "listening" && e["address"].as_str().is_some_and(|a| a.starts_with("127."))
-    });
-    let port: u16 = listening["address"]
-        .as_str()
-        .and_then(|a| a.rsplit(':').next())
-        .and_then(|p| p.parse().ok())
-        .expect("a port");
+    let port = tcp_port(&mut s);
     s.wait_for("every instance ready", |e| e["event"] == "all_ready");
     s.wait_line("migrate: schema version 2");
     for _ in 0..4 {

@@ -142,6 +142,31 @@ fn app() -> BoxedStrategy<AppFields> {
         text().prop_map(Size::Text),
         "[0-9]{1,4} ?(B|K|KiB|MB|G)".prop_map(Size::Text),
     ];
+    let condition = prop_oneof![
+        Just(DependencyCondition::Started),
+        Just(DependencyCondition::Ready),
+        Just(DependencyCondition::Healthy),
+        Just(DependencyCondition::Completed),
+    ];
+    let depends_on = prop_oneof![
+        prop::collection::vec(text(), 0..4).prop_map(DependsOn::Names),
+        prop::collection::vec((text(), condition), 0..4)
+            .prop_map(|pairs| DependsOn::Conditions(pairs.into_iter().collect())),
+    ];
+    let on_dependency_restart = prop_oneof![
+        Just(OnDependencyRestart::Ignore),
+        Just(OnDependencyRestart::Restart),
+    ];
+    let schedule = prop_oneof![
+        text().prop_map(Schedule::Cron),
+        Just(Schedule::Cron("*/5 * * * *".to_string())),
+        duration().prop_map(|every| Schedule::Every(Every { every })),
+    ];
+    let overlap = prop_oneof![
+        Just(Overlap::Skip),
+        Just(Overlap::Queue),
+        Just(Overlap::Replace),
+    ];
     (
         (
             of(command.boxed()),
@@ -176,6 +201,15 @@ fn app() -> BoxedStrategy<AppFields> {
             of(text().boxed()),
         )
             .boxed(),
+        (
+            of(depends_on.boxed()),
+            of(on_dependency_restart.boxed()),
+            of(schedule.boxed()),
+            of(text().boxed()),
+            of(overlap.boxed()),
+            of(any::<bool>()),
+        )
+            .boxed(),
     )
         .prop_map(
             |(
@@ -183,6 +217,7 @@ fn app() -> BoxedStrategy<AppFields> {
                 (ready, ready_timeout, restart, backoff, max_restarts, stop_signal),
                 (kill_timeout, reload, user, group),
                 (health, max_memory, watchdog, watchdog_signal),
+                (depends_on, on_dependency_restart, schedule, timezone, overlap, run_on_start),
             )| AppFields {
                 command,
                 shell,
@@ -205,6 +240,12 @@ fn app() -> BoxedStrategy<AppFields> {
                 max_memory,
                 watchdog,
                 watchdog_signal,
+                depends_on,
+                on_dependency_restart,
+                schedule,
+                timezone,
+                overlap,
+                run_on_start,
             },
         )
         .boxed()

@@ -539,62 +539,14 @@ fn check_schedule(seed: u64, dependencies: bool) {
     }
 }
 
-/// A core bug the seeds found that is not fixed yet.
-struct KnownCoreBug {
-    /// Words of the violation it shows, which no other shows.
-    symptom: &'static str,
-    /// The ignored test that replays seeds of it (to enable once fixed,
-    /// dropping the entry).
-    test: &'static str,
-}
-
-/// The core bugs a sweep counts apart when a seed fails with one, going
-/// on to find others (`SIM_KEEP_GOING=1` lists them with the rest).
-const KNOWN_CORE_BUGS: &[KnownCoreBug] = &[
-    KnownCoreBug {
-        symptom: "of a scheduled app was spawned beside a process of an older generation",
-        test: "core_bug_a_scheduled_app_is_rolled_out_beside_its_run",
-    },
-    KnownCoreBug {
-        symptom: "as the dependency stopped or dropped a worker)",
-        test: "core_bug_a_dependent_starts_in_the_turn_its_dependency_stops",
-    },
-    KnownCoreBug {
-        symptom: "(its rollout halted: no worker of its current generation, and not held either)",
-        test: "core_bug_a_halted_rollout_leaves_dependents_waiting_for_good",
-    },
-    KnownCoreBug {
-        symptom: "liveness checks of workers the second SIGINT killed still run",
-        test: "core_bug_the_second_sigint_leaves_liveness_checks_running",
-    },
-    KnownCoreBug {
-        symptom: "(an old generation: a rollout went on in the shutdown)",
-        test: "core_bug_a_rollout_goes_on_in_a_shutdown_and_stops_what_dependents_use",
-    },
-    KnownCoreBug {
-        symptom: "(it was signalled in the same turn: everything wound down at once)",
-        test: "core_bug_a_shutdown_takes_an_empty_turn_for_a_cycle_and_stops_everything",
-    },
-];
-
-/// The known core bug a violation shows, if it shows one.
-fn known_core_bug(violation: &Violation) -> Option<&'static KnownCoreBug> {
-    KNOWN_CORE_BUGS
-        .iter()
-        .find(|bug| violation.0.contains(bug.symptom))
-}
-
-/// Play a seed of a sweep: a failure with a known core bug is counted (the
-/// bug is returned), any other reported.
-fn sweep_seed(seed: u64) -> Option<&'static KnownCoreBug> {
+/// Play a seed of a sweep; a failure is shrunk and reported.
+fn sweep_seed(seed: u64) {
     let dependencies = dependencies_of(seed);
     let (apps, steps) = schedule(seed, dependencies);
     let groups = groups_of(seed);
-    let failure = play(&apps, &steps, groups).err()?;
-    if let Some(bug) = known_core_bug(&failure.1) {
-        return Some(bug);
+    if let Err(failure) = play(&apps, &steps, groups) {
+        report(seed, dependencies, &apps, &steps, failure);
     }
-    report(seed, dependencies, &apps, &steps, failure)
 }
 
 /// Shrink a failing schedule and panic with the failure and the minimal trace.
@@ -667,9 +619,7 @@ fn survey(first: u64, seeds: u64) {
         let (apps, steps) = schedule(seed, dependencies_of(seed));
         if let Err((at, violation)) = play(&apps, &steps, groups_of(seed)) {
             let what = violation.0.lines().next().unwrap_or_default().to_string();
-            let known = known_core_bug(&violation)
-                .map_or(String::new(), |bug| format!(" [known: {}]", bug.test));
-            println!("seed {seed}: step {at}: {what}{known}");
+            println!("seed {seed}: step {at}: {what}");
             failed.push(seed);
         }
     }
@@ -694,32 +644,13 @@ fn seeded_schedules_keep_every_invariant() {
     if std::env::var_os("SIM_KEEP_GOING").is_some() {
         return survey(first, seeds);
     }
-    let mut known: Vec<(&str, Vec<u64>)> = Vec::new();
     for seed in first..first + seeds {
-        let Some(bug) = sweep_seed(seed) else {
-            continue;
-        };
-        match known.iter_mut().find(|(test, _)| *test == bug.test) {
-            Some((_, found)) => found.push(seed),
-            None => known.push((bug.test, vec![seed])),
-        }
+        sweep_seed(seed);
     }
     println!(
-        "{seeds} seeds from {first}: every invariant held ({:.1?}){}",
-        started.elapsed(),
-        if known.is_empty() {
-            ""
-        } else {
-            ", but in seeds failing with known core bugs:"
-        }
+        "{seeds} seeds from {first}: every invariant held ({:.1?})",
+        started.elapsed()
     );
-    for (test, found) in known {
-        println!(
-            "  {test}: {} seeds, e.g. {:?}",
-            found.len(),
-            &found[..found.len().min(10)]
-        );
-    }
 }
 
 #[test]
@@ -793,6 +724,7 @@ fn ten_thousand_instances_reconcile_quickly_and_app_by_app() {
         recreate: false,
         winding_down: false,
         may_start: true,
+        holding: false,
     };
     for (spec, workers) in &fleet {
         assert!(reconcile(target(spec), workers, t0).steps.is_empty());
@@ -1136,7 +1068,7 @@ fn found_by_the_liveness_seeds() {
     }
 }
 
-/// Core bug: a scheduled app whose definition changes while a run goes
+/// Found by the dependency seeds (fixed): a scheduled app whose definition changes while a run goes
 /// (an edit of its `env`, `reload`, or `on_dependency_restart: restart`
 /// when what it depends on was replaced) is rolled out like a service: the
 /// new generation's process starts at once beside the run's, within
@@ -1145,14 +1077,13 @@ fn found_by_the_liveness_seeds() {
 /// gone). Seed 254's minimal trace: the job runs (`run_on_start`), an
 /// `env` edit of it, and `job.0 g2` is spawned while `job.0 g1` runs.
 #[test]
-#[ignore = "core bug: a scheduled app is rolled out beside the run that goes"]
-fn core_bug_a_scheduled_app_is_rolled_out_beside_its_run() {
+fn found_a_scheduled_app_is_rolled_out_beside_its_run() {
     for seed in [20, 31, 54, 124, 207, 254] {
         check_seed(seed);
     }
 }
 
-/// Core bug: the gates are looked at once per round of a convergence, before
+/// Found by the dependency seeds (fixed): the gates are looked at once per round of a convergence, before
 /// any app is reconciled, so an app reconciled after its dependency in the
 /// same round starts a process on a gate computed before the dependency's
 /// own decisions of that round: when the dependency stops or drops a worker
@@ -1161,7 +1092,7 @@ fn core_bug_a_scheduled_app_is_rolled_out_beside_its_run() {
 /// trace: app0 (2 instances, max_surge 0, max_unavailable 1) rolls out, its
 /// new instance 0 gets ready, and in that turn app0.1 (old) is stopped and
 /// added1.0, which waits for app0 ready, is spawned. Seed 1893 does it at
-/// start-up (see [`core_bug_a_completed_one_shot_counts_as_restarted`]);
+/// start-up (see [`found_a_completed_one_shot_counts_as_restarted`]);
 /// in seed 10189 an edited one-shot's old run completes (which meets
 /// `started`) and is replaced by the new definition's in the turn `job`
 /// starts on it; in seed 68701 an edited one-shot's new run completes
@@ -1170,22 +1101,20 @@ fn core_bug_a_scheduled_app_is_rolled_out_beside_its_run() {
 /// app0, which waits for it `completed`, waits for good) in the turn app0
 /// starts on it.
 #[test]
-#[ignore = "core bug: a dependent starts in the turn its dependency stops or drops a worker"]
-fn core_bug_a_dependent_starts_in_the_turn_its_dependency_stops() {
+fn found_a_dependent_starts_in_the_turn_its_dependency_stops() {
     for seed in [516, 1_893, 10_189, 68_701] {
         check_seed(seed);
     }
 }
 
-/// Core bug: `on_dependency_restart: restart` counts a one-shot that
+/// Found by the dependency seeds (fixed): `on_dependency_restart: restart` counts a one-shot that
 /// completes (exit 0) as restarted: its processes (by pid) and its
 /// completed runs are told apart, so the set that met the condition before
 /// and after are disjoint, and every dependent that waits for it `ready` or
 /// `started` is replaced (a rolling restart, `dependency_restarted`) when
 /// the one-shot merely finished. Nothing of it was replaced.
 #[test]
-#[ignore = "core bug: a completed one-shot counts as restarted for on_dependency_restart"]
-fn core_bug_a_completed_one_shot_counts_as_restarted() {
+fn found_a_completed_one_shot_counts_as_restarted() {
     let setup = ending_on_its_own(
         seeded_app(
             "setup",
@@ -1247,7 +1176,7 @@ fn core_bug_a_halted_rollout_leaves_dependents_waiting_for_good() {
     }
 }
 
-/// Core bug: the second SIGINT (`kill_all`) stops every running worker with
+/// Found by the dependency seeds (fixed): the second SIGINT (`kill_all`) stops every running worker with
 /// `Worker::stop` directly, not through the core's `stop`, so the liveness
 /// checks in flight of the workers it kills are not cancelled and go on
 /// running for processes that are gone. Before dependencies no worker
@@ -1257,14 +1186,13 @@ fn core_bug_a_halted_rollout_leaves_dependents_waiting_for_good() {
 /// waits for job to stop), SIGINT: app1's processes are SIGKILLed and its
 /// four checks still run.
 #[test]
-#[ignore = "core bug: the second SIGINT leaves the liveness checks of the workers it kills running"]
-fn core_bug_the_second_sigint_leaves_liveness_checks_running() {
+fn found_the_second_sigint_leaves_liveness_checks_running() {
     for seed in [7_215, 15_006, 17_286, 17_343, 31_286] {
         check_seed(seed);
     }
 }
 
-/// Core bug: an app that waits in a shutdown for its dependents to stop
+/// Found by the dependency seeds (fixed): an app that waits in a shutdown for its dependents to stop
 /// still rolls out: with `max_unavailable` its rollout stops old instances
 /// to make room for replacements that can never start (nothing starts in a
 /// shutdown), so what its dependents use goes away before they are
@@ -1273,16 +1201,15 @@ fn core_bug_the_second_sigint_leaves_liveness_checks_running() {
 /// app0.0's replacement gets ready and app0.1 (old, no replacement) gets
 /// SIGTERM while app1 still runs. Seed 30220 gets there through a
 /// generation bump in the shutdown itself (a one-shot that completes, see
-/// [`core_bug_a_completed_one_shot_counts_as_restarted`]).
+/// [`found_a_completed_one_shot_counts_as_restarted`]).
 #[test]
-#[ignore = "core bug: a rollout goes on in a shutdown and stops instances dependents use"]
-fn core_bug_a_rollout_goes_on_in_a_shutdown_and_stops_what_dependents_use() {
+fn found_a_rollout_goes_on_in_a_shutdown_and_stops_what_dependents_use() {
     for seed in [30_220, 155_172] {
         check_seed(seed);
     }
 }
 
-/// Core bug: the guard against dependency cycles in a shutdown (nothing
+/// Found by the dependency seeds (fixed): the guard against dependency cycles in a shutdown (nothing
 /// winds down while apps have workers: wind everything down at once) fires
 /// on an acyclic file. Wind-down flags are set app by app in one pass; when
 /// an app late in the file loses its last worker in that pass (here a
@@ -1294,8 +1221,7 @@ fn core_bug_a_rollout_goes_on_in_a_shutdown_and_stops_what_dependents_use() {
 /// 154846's minimal trace: app2 waits for app1 (healthy), job for both;
 /// `restart job`, SIGINT.
 #[test]
-#[ignore = "core bug: a shutdown takes a turn with nothing winding down for a cycle and stops everything at once"]
-fn core_bug_a_shutdown_takes_an_empty_turn_for_a_cycle_and_stops_everything() {
+fn found_a_shutdown_takes_an_empty_turn_for_a_cycle_and_stops_everything() {
     check_seed(154_846);
 }
 

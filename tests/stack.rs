@@ -35,7 +35,7 @@ apps:
   worker:
     command: sleep 1000
     ready: none
-    depends_on: [migrate]
+    depends_on: {{migrate: completed}}
   migrate:
     command: {migration}
     restart: never
@@ -179,16 +179,12 @@ apps:
     assert_eq!(restarted["dependency"], "db", "{restarted}");
     s.wait_count("spawned", "follows", 2);
     assert!(first(&s, "ready", "db") < last(&s, "spawned", "follows"));
-    let status = status_json(&s);
-    assert!(
-        common::eventually(Duration::from_secs(10), || {
-            let now = s.running_pids("follows");
-            now.len() == 1 && now != follows
-        }),
-        "{}",
-        s.dump()
-    );
-    assert_eq!(s.running_pids("keeps"), keeps, "{status}");
+    let replaced = s.until(Duration::from_secs(10), |s| {
+        let now = s.running_pids("follows");
+        now.len() == 1 && now != follows
+    });
+    assert!(replaced, "{}", s.dump());
+    assert_eq!(s.running_pids("keeps"), keeps, "{}", s.dump());
     assert_eq!(s.count("dependency_restarted", "keeps"), 0);
 }
 

@@ -1,10 +1,13 @@
 //! The command line: argument parsing, `check`, `schema`, completions and
 //! the man page; [`run`] (in `run.rs`) sets up the process (lock, limits,
 //! subreaper, undertaker, output) and hands over to the
-//! [`Supervisor`](crate::supervisor::Supervisor).
+//! [`Supervisor`](crate::supervisor::Supervisor); [`graph`] draws
+//! `check --graph`.
 
+pub mod graph;
 mod run;
 
+pub use graph::GraphFormat;
 pub use run::run;
 
 use std::io::Write;
@@ -14,7 +17,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::config::{self, Host, diagnostic};
-use crate::spec::Desired;
+use crate::spec::{Desired, When};
 
 /// Exit codes shared by every command (DESIGN.md §2).
 pub mod exit {
@@ -93,6 +96,17 @@ pub enum Command {
         /// The old version of the file, for `--diff`.
         #[arg(long, value_name = "OLD.yaml", requires = "diff")]
         against: Option<PathBuf>,
+        /// Print the dependency graph of a valid file instead of the summary:
+        /// `mermaid` (the default) or Graphviz `dot`. Warnings go to stderr.
+        #[arg(
+            long,
+            value_enum,
+            value_name = "FORMAT",
+            num_args = 0..=1,
+            default_missing_value = "mermaid",
+            conflicts_with_all = ["diff", "format"]
+        )]
+        graph: Option<GraphFormat>,
     },
     /// Print the JSON Schema of the ecosystem file.
     Schema,
@@ -217,8 +231,8 @@ fn err(text: &str) {
     let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }
 
-/// `supervise check`.
-pub fn check(file: Option<&Path>, format: Format) -> ExitCode {
+/// `supervise check`, or with `graph` `supervise check --graph`.
+pub fn check(file: Option<&Path>, format: Format, graph: Option<GraphFormat>) -> ExitCode {
     let path = match ecosystem_path(file) {
         Ok(path) => path,
         Err(message) => {
@@ -240,8 +254,17 @@ pub fn check(file: Option<&Path>, format: Format) -> ExitCode {
             return ExitCode::from(exit::USAGE);
         }
     };
-    match format {
-        Format::Human => {
+    match (format, graph, &checked.desired) {
+        (_, Some(graph), Some(desired)) => {
+            // stdout holds the graph alone, ready to be piped into a renderer.
+            err(&diagnostic::render(
+                &shown,
+                &checked.text,
+                &checked.diagnostics,
+            ));
+            out(&graph::render(desired, graph));
+        }
+        (Format::Human, _, _) => {
             out(&diagnostic::render(
                 &shown,
                 &checked.text,
@@ -255,7 +278,7 @@ pub fn check(file: Option<&Path>, format: Format) -> ExitCode {
                 )),
             }
         }
-        Format::Json => {
+        (Format::Json, _, _) => {
             let report = serde_json::json!({
                 "file": shown,
                 "valid": checked.is_valid(),
@@ -351,10 +374,32 @@ pub fn summary(shown: &str, desired: &Desired, diagnostics: &[diagnostic::Diagno
                 line.push_str(" (reuseport)");
             }
         }
+        if let Some(schedule) = &app.schedule {
+            line.push_str(&format!("  schedule {}", when_text(&schedule.when)));
+            if let When::Cron { timezone, .. } = &schedule.when {
+                line.push_str(&format!(" ({timezone})"));
+            }
+        }
+        if !app.depends_on.is_empty() {
+            let after: Vec<String> = app
+                .depends_on
+                .iter()
+                .map(|d| format!("{} ({})", d.app, d.condition.name()))
+                .collect();
+            line.push_str(&format!("  after {}", after.join(", ")));
+        }
         text.push_str(line.trim_end());
         text.push('\n');
     }
     text
+}
+
+/// A schedule in words: `every 10m`, or the cron expression.
+pub fn when_text(when: &When) -> String {
+    match when {
+        When::Every(period) => format!("every {}", humantime::format_duration(*period)),
+        When::Cron { cron, .. } => cron.as_str().to_string(),
+    }
 }
 
 /// `supervise completions SHELL`.

@@ -361,6 +361,26 @@ pub fn scale(
         crate::scale::CountError::NotACount(m) => fail(exit::USAGE, m),
         crate::scale::CountError::Refused(m) => fail(exit::INVALID, m),
     })?;
+    // The edited file must be valid too (a scheduled app runs one
+    // instance, say): the supervisor would refuse it, and it would be left
+    // on disk for the next start.
+    let edited =
+        crate::scale::edit_text(&checked.text, app, after).map_err(|m| fail(exit::INVALID, m))?;
+    let after_edit = config::check_text(&edited, &path, &config::Host::detect());
+    if !after_edit.is_valid() {
+        let errors: Vec<_> = after_edit
+            .diagnostics
+            .into_iter()
+            .filter(|d| d.severity == config::diagnostic::Severity::Error)
+            .collect();
+        return Err(fail(
+            exit::INVALID,
+            format!(
+                "{app}: {after} instances would make {shown} invalid; the file is unchanged\n{}",
+                config::diagnostic::render(&shown, &edited, &errors).trim_end()
+            ),
+        ));
+    }
     // The supervisor must be there to follow the edit.
     ask(socket, Command::Status)?;
     crate::scale::edit_file(&path, &checked.text, app, after)

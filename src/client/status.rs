@@ -73,6 +73,7 @@ pub fn status(socket: &Path, all: bool, json: bool) -> Result<(), Failure> {
     }
     let status = ask_status(socket)?;
     let mut table = comfy_table::Table::new();
+    let mut notes = String::new();
     table.load_style(comfy_table::presets::NOTHING).set_header([
         "app",
         "instance",
@@ -131,9 +132,7 @@ pub fn status(socket: &Path, all: bool, json: bool) -> Result<(), Failure> {
                 worker.status.clone().unwrap_or_default(),
             ]);
         }
-        if let Some(line) = app_note(app) {
-            table.add_row([name.to_string(), line]);
-        }
+        notes.extend(schedule_note(app).map(|line| format!("{name}: {line}\n")));
         if app.rollout.halted {
             table.add_row([
                 name.to_string(),
@@ -142,6 +141,8 @@ pub fn status(socket: &Path, all: bool, json: bool) -> Result<(), Failure> {
         }
     }
     print(&format!("{table}\n"));
+    // Under the table, so that they do not widen a column.
+    print(&notes);
     print(&format!(
         "file {} (version {}, applied {})\n",
         status.file, status.version, status.applied_at
@@ -157,14 +158,15 @@ pub fn status(socket: &Path, all: bool, json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
-/// A line under an app's instances: what it waits for, or a scheduled
-/// app's runs (`next run 2026-12-02T03:00:00Z (in 19h 58m); last run exit 0,
-/// took 2.1s, 3m ago`).
-fn app_note(app: &AppStatus) -> Option<String> {
-    if let Some(waiting) = &app.waiting {
-        return Some(waiting.clone());
-    }
+/// A scheduled app's runs, and what it waits for (`next run
+/// 2026-12-02T03:00:00Z (in 19h58m); last run exit 0, took 2.1s, 3m ago`);
+/// the instances' state already says what another app waits for.
+fn schedule_note(app: &AppStatus) -> Option<String> {
     let schedule = app.schedule.as_ref()?;
+    let waiting = app
+        .waiting
+        .as_ref()
+        .map_or(String::new(), |w| format!("{w}; "));
     let next = match (&schedule.next_run, schedule.next_in_s) {
         (Some(at), Some(seconds)) => format!("next run {at} (in {})", duration(seconds)),
         _ => "no next run".to_string(),
@@ -189,7 +191,7 @@ fn app_note(app: &AppStatus) -> Option<String> {
         ),
         _ => "; not run yet".to_string(),
     };
-    Some(format!("{next}{now}{last}"))
+    Some(format!("{waiting}{next}{now}{last}"))
 }
 
 #[cfg(test)]

@@ -130,6 +130,17 @@ impl<'a> Reporter<'a> {
         self.push(Severity::Warning, path, false, message.into())
     }
 
+    /// A warning about the key at the end of `path`.
+    pub fn key_warning(&mut self, path: &[PathSeg], message: impl Into<String>) -> &mut Diagnostic {
+        self.push(Severity::Warning, path, true, message.into())
+    }
+
+    /// The document being checked: for checks that look across apps, and for
+    /// the lines a message names (a dependency cycle's edges).
+    pub fn root(&self) -> &'a Node {
+        self.root
+    }
+
     fn push(
         &mut self,
         severity: Severity,
@@ -295,13 +306,22 @@ pub fn to_json<'a>(file: &'a str, diagnostics: &'a [Diagnostic]) -> Vec<JsonDiag
         .collect()
 }
 
+/// Words longer than this get no did-you-mean.
+pub const MAX_SUGGESTED_WORD: usize = 64;
+
 /// The closest candidate to a misspelt word, if any is close enough to help.
 pub fn did_you_mean<'c>(
     word: &str,
     candidates: impl IntoIterator<Item = &'c str>,
 ) -> Option<&'c str> {
+    // A typo is short; comparing a huge word with each candidate would cost
+    // its length times theirs, for a suggestion nobody needs.
+    if word.len() > MAX_SUGGESTED_WORD {
+        return None;
+    }
     candidates
         .into_iter()
+        .filter(|candidate| candidate.len() <= 2 * MAX_SUGGESTED_WORD)
         .map(|candidate| (strsim::jaro_winkler(word, candidate), candidate))
         .filter(|(score, _)| *score > 0.8)
         .max_by(|a, b| a.0.total_cmp(&b.0))

@@ -502,6 +502,111 @@ mod tests {
     }
 
     #[test]
+    fn depends_on_as_a_list_or_a_mapping_keeps_file_order() {
+        use crate::spec::{Condition, Dependency, OnDependencyRestart};
+        let dir = tempfile::tempdir().unwrap();
+        let text = "defaults:\n  on_dependency_restart: restart\n\
+                    apps:\n  db:\n    command: sleep 1\n    health: {exec: \"true\"}\n\
+                    \x20 migrate:\n    command: sleep 1\n    restart: never\n    depends_on: [db]\n\
+                    \x20 web:\n    command: sleep 1\n    on_dependency_restart: ignore\n\
+                    \x20   depends_on: {migrate: completed, db: healthy}\n\
+                    \x20 cache:\n    command: sleep 1\n    depends_on: {db: started}\n";
+        let desired = resolve(dir.path(), text);
+        let dependency = |app: &str, condition| Dependency {
+            app: app.to_string(),
+            condition,
+        };
+        let migrate = desired.app("migrate").unwrap();
+        assert_eq!(migrate.depends_on, [dependency("db", Condition::Ready)]);
+        assert_eq!(
+            migrate.on_dependency_restart,
+            OnDependencyRestart::Restart,
+            "from defaults"
+        );
+        let web = desired.app("web").unwrap();
+        assert_eq!(
+            web.depends_on,
+            [
+                dependency("migrate", Condition::Completed),
+                dependency("db", Condition::Healthy)
+            ]
+        );
+        assert_eq!(web.on_dependency_restart, OnDependencyRestart::Ignore);
+        assert_eq!(
+            desired.app("cache").unwrap().depends_on,
+            [dependency("db", Condition::Started)]
+        );
+        let db = desired.app("db").unwrap();
+        assert!(db.depends_on.is_empty());
+        assert_eq!(db.schedule, None);
+    }
+
+    #[test]
+    fn schedules_resolve_with_their_defaults() {
+        use crate::spec::{Overlap, When};
+        let dir = tempfile::tempdir().unwrap();
+        let text = "defaults:\n  overlap: queue\n  timezone: Europe/Paris\n\
+                    apps:\n  nightly:\n    command: sleep 1\n    schedule: \"0 3 * * *\"\n\
+                    \x20 sweep:\n    command: sleep 1\n    schedule: {every: 10m}\n    overlap: replace\n    run_on_start: true\n    restart: on-failure\n\
+                    \x20 local:\n    command: sleep 1\n    schedule: \"@hourly\"\n    timezone: UTC\n    instances: 0\n";
+        let desired = resolve(dir.path(), text);
+        let nightly = desired.app("nightly").unwrap();
+        assert_eq!(
+            nightly.restart,
+            RestartPolicy::Never,
+            "the default with a schedule"
+        );
+        let schedule = nightly.schedule.as_ref().unwrap();
+        assert_eq!(schedule.overlap, Overlap::Queue);
+        assert!(!schedule.run_on_start);
+        match &schedule.when {
+            When::Cron { cron, timezone } => {
+                assert_eq!(cron.as_str(), "0 3 * * *");
+                assert_eq!(*timezone, chrono_tz::Tz::Europe__Paris);
+            }
+            other => panic!("{other:?}"),
+        }
+        let sweep = desired.app("sweep").unwrap();
+        assert_eq!(sweep.restart, RestartPolicy::OnFailure);
+        let schedule = sweep.schedule.as_ref().unwrap();
+        assert_eq!(schedule.when, When::Every(Duration::from_secs(600)));
+        assert_eq!(schedule.overlap, Overlap::Replace);
+        assert!(schedule.run_on_start);
+        let local = desired.app("local").unwrap();
+        assert_eq!(local.instances, 0);
+        assert!(matches!(
+            local.schedule.as_ref().unwrap().when,
+            When::Cron {
+                timezone: chrono_tz::Tz::UTC,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_cron_schedule_without_timezone_is_read_in_the_machines() {
+        use crate::spec::When;
+        let dir = tempfile::tempdir().unwrap();
+        let host = Host {
+            timezone: chrono_tz::Tz::Asia__Tokyo,
+            ..host()
+        };
+        let checked = check_text(
+            "apps:\n  nightly:\n    command: sleep 1\n    schedule: \"0 3 * * *\"\n",
+            &dir.path().join("ecosystem.yaml"),
+            &host,
+        );
+        let desired = checked.desired.unwrap();
+        assert!(matches!(
+            desired.apps[0].schedule.as_ref().unwrap().when,
+            When::Cron {
+                timezone: chrono_tz::Tz::Asia__Tokyo,
+                ..
+            }
+        ));
+    }
+
+    #[test]
     fn the_program_is_found_when_the_file_is_checked() {
         let dir = tempfile::tempdir().unwrap();
         let checked = check_text(

@@ -118,6 +118,12 @@ fn user_message(message: &str) -> (String, &'static str) {
             "anchors, aliases or nesting expand to far more than an ecosystem file needs",
         );
     }
+    if clean.starts_with("alias references unknown anchor") {
+        return (
+            clean,
+            "`*` starts a YAML alias (of an `&anchor`): quote a value that starts with `*`, such as a cron schedule: \"*/5 * * * *\"",
+        );
+    }
     if clean.starts_with("non-finite float") {
         return (
             "`.nan` and `.inf` are not usable numbers here".to_string(),

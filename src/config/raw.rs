@@ -27,8 +27,13 @@ use serde::{Deserialize, Serialize};
     extend("patternProperties" = { "^x-": true })
 )]
 pub struct EcosystemFile {
-    /// Settings merged under every app; an app's own keys win.
+    /// Settings merged under every app; an app's own keys win. `depends_on`
+    /// and `schedule` belong to one app and cannot be here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("not" = { "anyOf": [
+        { "required": ["depends_on"] },
+        { "required": ["schedule"] }
+    ] }))]
     pub defaults: Option<AppFields>,
     /// The apps, keyed by name (`[a-z0-9][a-z0-9_-]*`, not `all`).
     pub apps: IndexMap<String, AppFields>,
@@ -110,6 +115,104 @@ pub struct AppFields {
     /// `kill_timeout`). Default SIGABRT.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watchdog_signal: Option<String>,
+    /// Apps that must meet a condition before this one starts: a list of
+    /// names (each must be `ready`), or a mapping `{APP: started | ready |
+    /// healthy | completed}`. Not in `defaults`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depends_on: Option<DependsOn>,
+    /// What this app does when a dependency's instances were all replaced:
+    /// `ignore` (keep running) or `restart` (a rolling replacement). Default
+    /// `ignore`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_dependency_restart: Option<OnDependencyRestart>,
+    /// Run at times instead of for ever: a 5-field cron expression
+    /// (`"0 3 * * *"`, or `@hourly`, `@daily`, `@weekly`, `@monthly`,
+    /// `@yearly`), or `{every: DURATION}`. A scheduled app runs one instance
+    /// and its `restart` defaults to `never`. Not in `defaults`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<Schedule>,
+    /// The IANA time zone a cron `schedule` is read in (`Europe/Paris`).
+    /// Default: the machine's, else UTC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+    /// What a scheduled run does when the previous one still runs: `skip` it,
+    /// `queue` it (at most one waits), or `replace` the running one. Default
+    /// `skip`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlap: Option<Overlap>,
+    /// Run a scheduled app once as soon as it is started, before its first
+    /// time comes. Default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_on_start: Option<bool>,
+}
+
+/// `depends_on`: names, or names with the condition each must meet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+#[schemars(extend(
+    "x-expected" = "a list of app names such as [db, cache], or a mapping {APP: started | ready | healthy | completed}"
+))]
+pub enum DependsOn {
+    /// Each app must be `ready`.
+    Names(Vec<String>),
+    /// Each app with its condition, in file order.
+    Conditions(IndexMap<String, DependencyCondition>),
+}
+
+/// What a dependency must be before its dependent starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DependencyCondition {
+    /// Every instance has a process that runs its program.
+    Started,
+    /// Every instance is ready.
+    Ready,
+    /// Every instance is ready and passed a `health` check since.
+    Healthy,
+    /// Every instance of a one-shot app exited 0.
+    Completed,
+}
+
+/// `on_dependency_restart`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OnDependencyRestart {
+    /// Keep running.
+    Ignore,
+    /// Replace this app's instances, rolling.
+    Restart,
+}
+
+/// `schedule`: a cron expression or a period.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+#[schemars(extend(
+    "x-expected" = "a 5-field cron expression such as \"0 3 * * *\", or {every: DURATION}"
+))]
+pub enum Schedule {
+    /// Minute, hour, day of month, month, day of week.
+    Cron(String),
+    Every(Every),
+}
+
+/// `{every: DURATION}`: runs every period, counted from when the app started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Every {
+    /// From 1s to a year.
+    pub every: DurationText,
+}
+
+/// `overlap`: a scheduled run whose time comes while the previous one still runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Overlap {
+    /// It does not run.
+    Skip,
+    /// It runs when the current one ends (at most one waits).
+    Queue,
+    /// The current run is stopped and it runs.
+    Replace,
 }
 
 /// `command`: a string split like a shell, or the exact argv.

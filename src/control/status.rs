@@ -71,7 +71,7 @@ pub struct ScheduleStatus {
     pub next_run: Option<String>,
     /// Seconds until then.
     pub next_in_s: Option<f64>,
-    /// A run is going (or armed, about to start).
+    /// A process of a run lives.
     pub running: bool,
     /// Runs queued behind it (`overlap: queue`).
     pub queued: u32,

@@ -81,7 +81,9 @@ impl Core {
                         .apps
                         .entry(name.clone())
                         .or_insert_with(|| App::new(spec));
-                    if app.spec.schedule != spec.schedule {
+                    if app.spec.schedule.as_ref().map(|s| &s.when)
+                        != spec.schedule.as_ref().map(|s| &s.when)
+                    {
                         // A new schedule counts from now; a run that goes
                         // goes on.
                         app.runs = app.runs.take().map(|runs| runs.rescheduled());

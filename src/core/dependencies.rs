@@ -48,12 +48,13 @@ impl Gate {
     }
 }
 
-/// What one process of a dependency is, for `on_dependency_restart`: a
-/// process that runs, or one run of a one-shot that completed.
+/// One run of a dependency's worker, for `on_dependency_restart`: the
+/// worker and its count of processes. A one-shot that completes is still the
+/// same run; a restart, a revived worker or a new one is another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Incarnation {
-    Process(i32),
-    Completed(WorkerId, Instant),
+pub struct Incarnation {
+    worker: WorkerId,
+    run: u32,
 }
 
 /// How a dependency stands against a condition.
@@ -119,9 +120,9 @@ fn incarnations(dependency: &App, condition: Condition) -> BTreeSet<Incarnation>
         .values()
         .filter(|w| w.slot < dependency.spec.instances)
         .filter(|w| meets(w, condition, dependency.generation, has_health))
-        .filter_map(|w| match w.state {
-            State::Completed { at } => Some(Incarnation::Completed(w.id, at)),
-            _ => w.state.pid().map(Incarnation::Process),
+        .map(|w| Incarnation {
+            worker: w.id,
+            run: w.runs,
         })
         .collect()
 }
@@ -131,7 +132,24 @@ impl Core {
     /// wind-down changed is dirty. Returns whether one changed.
     pub(super) fn update_gates(&mut self, now: Instant) -> bool {
         let mut changed = false;
-        let names: Vec<String> = self.apps.keys().cloned().collect();
+        let running = self.phase == Phase::Running;
+        // Most apps have no dependency and no schedule: nothing to look at
+        // (this runs after every reconcile round).
+        let names: Vec<String> = self
+            .apps
+            .iter()
+            .filter(|(_, app)| {
+                let plain = app.spec.depends_on.is_empty()
+                    && app.dependency_seen.is_empty()
+                    && app.gate.is_open()
+                    && app.spec.schedule.is_none()
+                    && app.runs.is_none()
+                    && running
+                    && app.winding_down == app.removed;
+                !plain
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
         for name in &names {
             changed |= self.update_gate(name);
             changed |= self.update_wind_down(name);
@@ -144,12 +162,16 @@ impl Core {
     /// dependencies in a cycle (which `check` refuses). Everything winds
     /// down rather than waiting for ever.
     fn break_shutdown_cycle(&mut self) -> bool {
+        // From the workers as they are now, not from the apps' flags (an app
+        // whose last worker went later in this pass has not freed its
+        // dependencies' flags yet).
         let stuck = self.phase == Phase::ShuttingDown
             && self.apps.values().any(|a| !a.workers.is_empty())
-            && !self
+            && self
                 .apps
-                .values()
-                .any(|a| a.winding_down && !a.workers.is_empty());
+                .iter()
+                .filter(|(_, a)| !a.workers.is_empty())
+                .all(|(name, _)| self.has_live_dependents(name));
         if stuck {
             for app in self.apps.values_mut() {
                 app.winding_down = true;
@@ -160,7 +182,7 @@ impl Core {
     }
 
     /// The gate of app `name`, from its dependencies' state now.
-    fn update_gate(&mut self, name: &str) -> bool {
+    pub(super) fn update_gate(&mut self, name: &str) -> bool {
         let Some(app) = self.apps.get(name) else {
             return false;
         };
@@ -206,6 +228,10 @@ impl Core {
         app.dirty = true;
         if app.gate != gate {
             app.gate = gate.clone();
+            if self.phase == Phase::ShuttingDown {
+                // Dependencies stop one after another: no news in that.
+                return true;
+            }
             let event = match gate {
                 Gate::Open => Event::DependenciesMet {
                     app: name.to_string(),
@@ -239,6 +265,12 @@ impl Core {
         fresh: Vec<(String, BTreeSet<Incarnation>)>,
     ) -> Option<String> {
         let app = self.apps.get_mut(name)?;
+        // What is no longer watched is forgotten: switched back on later,
+        // an old replacement does not count.
+        let watching = app.spec.on_dependency_restart == OnDependencyRestart::Restart;
+        let depends_on = &app.spec.depends_on;
+        app.dependency_seen
+            .retain(|dependency, _| watching && depends_on.iter().any(|d| d.app == *dependency));
         if !gate.is_open() {
             return None;
         }

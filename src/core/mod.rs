@@ -493,6 +493,15 @@ impl Core {
             .collect();
         for name in dirty {
             for pass in 1.. {
+                // What an app reconciled before in this round did (a
+                // dependency stopping an instance) counts now.
+                if self
+                    .apps
+                    .get(&name)
+                    .is_some_and(|a| !a.spec.depends_on.is_empty())
+                {
+                    self.update_gate(&name);
+                }
                 let Some(app) = self.apps.get(&name) else {
                     break;
                 };
@@ -508,6 +517,7 @@ impl Core {
                     recreate: app.recreate,
                     winding_down: app.winding_down,
                     may_start,
+                    holding: self.phase == Phase::ShuttingDown && !app.winding_down,
                 };
                 let Plan { mut steps, wake_at } = reconcile::reconcile(target, &app.workers, now);
                 // Starts beyond this turn's budget wait for the next turn,

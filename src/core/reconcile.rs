@@ -39,7 +39,10 @@
 //!   one started (the first one `every` after ready), and fails when not
 //!   answered within `health.timeout`; its watchdog deadline passing is a
 //!   step too;
-//! - while shutting down, every process is stopped and nothing starts.
+//! - while shutting down, every process is stopped and nothing starts; an
+//!   app that others depend on holds still until they have stopped: stops
+//!   under way go on and a missed watchdog still stops its instance, but
+//!   no check runs and nothing starts.
 //!
 //! One call costs O(N log N) for N workers: they are grouped by slot once.
 
@@ -69,6 +72,11 @@ pub struct Target<'a> {
     /// Processes may start: the app's dependencies are met (and, scheduled,
     /// a run is on). When not, workers wait where they are.
     pub may_start: bool,
+    /// Shutting down, but apps that depend on this one still run: it keeps
+    /// what it has as it is — no check, no recycle, no start — until it
+    /// winds down in its turn. Stops under way go on, and a missed watchdog
+    /// still stops its instance.
+    pub holding: bool,
 }
 
 /// Why a worker is being stopped (for the log).
@@ -212,7 +220,10 @@ pub fn reconcile(target: Target<'_>, workers: &Workers, now: Instant) -> Plan {
     }
     let before = plan.steps.len();
     for worker in workers.values() {
-        watch(worker, target.spec, now, &mut plan);
+        watch(worker, target.spec, !target.holding, now, &mut plan);
+    }
+    if target.holding {
+        return plan;
     }
     if plan.steps.len() > before {
         // Checks, their timeouts and missed watchdogs first, alone: what
@@ -298,8 +309,15 @@ pub fn reconcile(target: Target<'_>, workers: &Workers, now: Instant) -> Plan {
         .values()
         .filter(|w| has_process(w) || (w.slot < desired && occupies(w)))
         .count();
-    let limit = desired as usize + spec.reload.max_surge as usize;
-    let floor = (desired as usize).saturating_sub(spec.reload.max_unavailable as usize);
+    // A scheduled app's run is never cut short by a new definition: its
+    // replacement waits (it may not start beside the run) and the run ends
+    // on its own, whatever `reload` says.
+    let (max_surge, max_unavailable) = match spec.schedule {
+        Some(_) => (1, 0),
+        None => (spec.reload.max_surge, spec.reload.max_unavailable),
+    };
+    let limit = desired as usize + max_surge as usize;
+    let floor = (desired as usize).saturating_sub(max_unavailable as usize);
 
     let empty = Slot::default();
     for number in 0..desired {
@@ -524,7 +542,7 @@ fn retire(old: &Worker, plan: &mut Plan) -> bool {
 /// A ready worker's watchdog and liveness checks: what is due now, and when
 /// to look again. A worker being recycled is not checked any more (its
 /// replacement is on its way), but its watchdog still holds.
-fn watch(worker: &Worker, spec: &AppSpec, now: Instant, plan: &mut Plan) {
+fn watch(worker: &Worker, spec: &AppSpec, checks: bool, now: Instant, plan: &mut Plan) {
     let State::Ready { since: ready, .. } = worker.state else {
         return;
     };
@@ -535,7 +553,11 @@ fn watch(worker: &Worker, spec: &AppSpec, now: Instant, plan: &mut Plan) {
         }
         plan.wake(watchdog.deadline);
     }
-    let Some(health) = spec.health.as_ref().filter(|_| worker.recycle.is_none()) else {
+    let Some(health) = spec
+        .health
+        .as_ref()
+        .filter(|_| checks && worker.recycle.is_none())
+    else {
         return;
     };
     let (due, step) = match worker.health.in_flight {

@@ -49,8 +49,10 @@ pub struct Runs {
     /// `None` before the first look, and once a cron expression matches no
     /// time to come.
     next: Option<Due>,
-    /// The first look was taken (`run_on_start` decided, the first tick set).
+    /// The first look was taken (`run_on_start` decided).
     scheduled: bool,
+    /// `next` was worked out for the schedule as it is.
+    ticking: bool,
     /// A run may start, or goes on.
     pub armed: bool,
     /// When the armed run's process was started.
@@ -66,21 +68,30 @@ pub struct Runs {
 }
 
 impl Runs {
-    /// Whether the app's worker may start now: in a run, once what the
-    /// previous run left (a run replaced) is gone.
+    /// Whether the app's worker may start now: in a run, and while no other
+    /// process of the app exists — what a replaced run left, or the run
+    /// itself when an edit brought a new generation: one process at a time.
     pub(super) fn may_start(&self, workers: &Workers) -> bool {
-        self.armed && !workers.values().any(|w| w.state.is_stopping())
+        self.armed
+            && !workers
+                .values()
+                .any(|w| w.state.pid().is_some() || w.state == State::Spawning)
     }
 
     /// The same runs under a new schedule: the next tick is computed anew.
     pub(super) fn rescheduled(self) -> Runs {
         Runs {
             next: None,
-            scheduled: false,
+            ticking: false,
             next_at: None,
             next_wall: None,
             ..self
         }
+    }
+
+    /// A process of a run lives.
+    pub fn running(&self, workers: &Workers) -> bool {
+        workers.values().any(lives)
     }
 
     /// A run is armed or its process lives.
@@ -121,14 +132,23 @@ impl Core {
         let Some(app) = self.apps.get_mut(name) else {
             return false;
         };
-        let Some(schedule) = app.spec.schedule.clone().filter(|_| !app.removed) else {
+        let running = self.phase == super::Phase::Running;
+        let Some(schedule) = app
+            .spec
+            .schedule
+            .clone()
+            .filter(|_| !app.removed && running)
+        else {
             return std::mem::take(&mut app.runs).is_some();
         };
         let runs = app.runs.get_or_insert_with(Runs::default);
         let before = runs.clone();
+        if !runs.ticking {
+            runs.ticking = true;
+            runs.next = first_tick(&schedule.when, now, wall);
+        }
         if !runs.scheduled {
             runs.scheduled = true;
-            runs.next = first_tick(&schedule.when, now, wall);
             if schedule.run_on_start {
                 // Refused only when nothing can run: the event says so.
                 let _ = self.fire(name, "start", now);
@@ -258,6 +278,22 @@ impl Core {
         if app.spec.instances == 0 {
             return Err(format!("{name} has instances: 0"));
         }
+        if app.workers.values().any(|w| w.state == State::Held) {
+            let reason = format!("{name} is stopped (held): `supervise start {name}` releases it");
+            self.report(Event::RunSkipped {
+                app: name.to_string(),
+                why,
+                reason: reason.clone(),
+            });
+            return Err(reason);
+        }
+        // Armed, but nothing runs yet: its dependencies hold it.
+        let waiting = !app.workers.values().any(lives);
+        let going = match (waiting, app.gate.describe()) {
+            (true, Some(gate)) => format!("a run waits to start ({gate})"),
+            (true, None) => "a run is about to start".to_string(),
+            (false, _) => "a run is going".to_string(),
+        };
         let Some(runs) = app.runs.as_mut() else {
             return Err(format!("{name} has no schedule"));
         };
@@ -266,11 +302,11 @@ impl Core {
         }
         match overlap {
             Overlap::Skip => {
-                let message = format!("{name}: a run is going; overlap: skip");
+                let message = format!("{name}: {going}; overlap: skip");
                 self.report(Event::RunSkipped {
                     app: name.to_string(),
                     why,
-                    reason: "a run is going (overlap: skip)".to_string(),
+                    reason: format!("{going} (overlap: skip)"),
                 });
                 Err(message)
             }
@@ -290,7 +326,7 @@ impl Core {
                     why,
                     reason: format!("{MAX_QUEUED_RUNS} run already queued (overlap: queue)"),
                 });
-                Err(format!("{name}: a run is going and one is queued already"))
+                Err(format!("{name}: {going} and one is queued already"))
             }
             Overlap::Replace => {
                 let running: Vec<_> = app
@@ -325,11 +361,7 @@ impl Core {
         app.workers.retain(|_, w| {
             !matches!(
                 w.state,
-                State::Pending
-                    | State::Completed { .. }
-                    | State::Exited
-                    | State::Failed
-                    | State::Held
+                State::Pending | State::Completed { .. } | State::Exited | State::Failed
             )
         });
         app.prune_definitions();

@@ -17,8 +17,19 @@ impl Core {
         let processes = self.pids.len();
         self.report(Event::Shutdown { why, processes });
         self.emit(Action::Systemd("STOPPING=1"));
+        // No liveness check counts any more: an app that waits for its
+        // dependents to stop holds still, and the others stop.
+        let mut cancelled = Vec::new();
         for app in self.apps.values_mut() {
             app.dirty = true;
+            for worker in app.workers.values_mut() {
+                if let (Some(_), Some(pid)) = (worker.health.in_flight.take(), worker.state.pid()) {
+                    cancelled.push(pid);
+                }
+            }
+        }
+        for pid in cancelled {
+            self.emit(Action::CancelCheck { pid });
         }
     }
 

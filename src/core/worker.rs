@@ -104,6 +104,10 @@ pub struct Worker {
     pub attempt: u32,
     /// Restarts over the worker's life (shown by `status`).
     pub restarts: u32,
+    /// Processes started over the worker's life: with the worker's id, what
+    /// tells one run from another (a one-shot that completes is the same
+    /// run; a restart is a new one).
+    pub runs: u32,
     /// When the restarts inside the `max_restarts` window happened (at most `count`).
     recent_restarts: VecDeque<Instant>,
     pub last_outcome: Option<Outcome>,
@@ -128,6 +132,7 @@ impl Worker {
             state: State::Pending,
             attempt: 0,
             restarts: 0,
+            runs: 0,
             recent_restarts: VecDeque::new(),
             last_outcome: None,
             status_text: None,
@@ -165,6 +170,7 @@ impl Worker {
         if self.state != State::Spawning {
             return Err(self.refuse("spawned"));
         }
+        self.runs = self.runs.saturating_add(1);
         self.status_text = None;
         // Check numbers go on across processes: a late answer meant for
         // the last one can never pass for one of this one.

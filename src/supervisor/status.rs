@@ -129,7 +129,7 @@ fn schedule(
     ScheduleStatus {
         next_run: next_wall.map(|t| humantime::format_rfc3339_seconds(t).to_string()),
         next_in_s: next_wall.map(|t| t.duration_since(wall).unwrap_or_default().as_secs_f64()),
-        running: runs.going(workers),
+        running: runs.running(workers),
         queued: runs.queued,
         last_result: last.map(|l| l.result.clone()),
         last_ok: last.map(|l| l.ok),

@@ -10,13 +10,17 @@
 //! One concern per file: [`process`] (command, cwd, env, user), [`listen`]
 //! (sockets and their clashes), [`ready`] (readiness and probes), [`policy`]
 //! (instances, restarts, backoff, signals, rollout limits), [`health`]
-//! (health checks, memory limits, the watchdog).
+//! (health checks, memory limits, the watchdog), [`schedule`] (apps that run
+//! at times), [`depends`] (apps that wait for others, judged across apps once
+//! every app is resolved).
 
+mod depends;
 mod health;
 mod listen;
 mod policy;
 mod process;
 mod ready;
+mod schedule;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -27,7 +31,7 @@ use nix::sys::signal::Signal;
 use super::diagnostic::{PathSeg, Reporter};
 use super::raw::{self, AppFields, EcosystemFile};
 pub use crate::host::Host;
-use crate::spec::{AppSpec, Desired, ListenSpec, ProcessDefinition, RestartPolicy, defaults};
+use crate::spec::{AppSpec, Desired, ListenSpec, ProcessDefinition, defaults};
 pub use listen::parse_host_port;
 pub use policy::parse_signal;
 pub use ready::parse_http_url;
@@ -81,7 +85,7 @@ pub fn resolve(
         .unwrap_or_else(|_| parent.to_path_buf());
     let empty = AppFields::default();
     let defaults = file.defaults.as_ref().unwrap_or(&empty);
-    let mut apps = Vec::new();
+    let mut resolved = Vec::new();
     let mut listeners = Vec::new();
     for (name, fields) in &file.apps {
         let app = AppContext {
@@ -94,9 +98,11 @@ pub fn resolve(
         };
         let (spec, listen) = app.resolve(reporter);
         listeners.push((name.as_str(), listen));
-        apps.extend(spec);
+        resolved.push((name.as_str(), spec));
     }
     listen::check_listen_clashes(file, &listeners, reporter);
+    schedule::check_defaults(file, reporter);
+    depends::check(file, &resolved, broken, reporter);
     let memory_check = match &file.memory_check {
         Some(text) => {
             let path = [key("memory_check")];
@@ -112,7 +118,7 @@ pub fn resolve(
     }
     Some(Desired {
         source: source.to_path_buf(),
-        apps,
+        apps: resolved.into_iter().filter_map(|(_, spec)| spec).collect(),
         memory_check: memory_check?,
     })
 }
@@ -191,6 +197,7 @@ impl AppContext<'_> {
             .map(|(v, _)| v)
             .unwrap_or(false);
         let instances = self.resolve_instances(reporter);
+        self.check_scheduled_instances(reporter);
         let identity = self.resolve_identity(reporter);
         let watchdog = self.resolve_watchdog(reporter);
         let env = self.resolve_env(
@@ -222,6 +229,9 @@ impl AppContext<'_> {
         );
         let max_memory = self.resolve_max_memory(reporter);
         let watchdog_signal = self.resolve_watchdog_signal(reporter);
+        let restart = self.resolve_restart(reporter);
+        let on_dependency_restart = self.resolve_on_dependency_restart(reporter);
+        let schedule = self.resolve_schedule(reporter);
 
         if reporter.error_count() > errors_before {
             return None;
@@ -244,9 +254,7 @@ impl AppContext<'_> {
             instances_from_max,
             ready: ready?,
             ready_timeout: ready_timeout.unwrap_or(defaults::READY_TIMEOUT),
-            restart: self
-                .pick("restart", |f| f.restart.as_ref())
-                .map_or(RestartPolicy::Always, |(v, _)| v),
+            restart: restart?,
             backoff: backoff?,
             max_restarts,
             stop_signal: stop_signal?,
@@ -255,9 +263,9 @@ impl AppContext<'_> {
             health,
             max_memory,
             watchdog_signal: watchdog_signal?,
-            depends_on: Vec::new(),
-            on_dependency_restart: crate::spec::OnDependencyRestart::Ignore,
-            schedule: None,
+            depends_on: self.resolve_depends_on(),
+            on_dependency_restart,
+            schedule,
         })
     }
 

@@ -1,7 +1,8 @@
 //! The policy fields: `instances`, `restart`, `backoff`, `max_restarts`,
 //! `stop_signal`, `reload` — what can change without replacing a process
 //! (except `instances`, which adds or removes them). The health policy is in
-//! [`super::health`].
+//! [`super::health`], schedules in [`super::schedule`] and dependencies in
+//! [`super::depends`].
 
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use nix::sys::signal::Signal;
 use super::{AppContext, key, parse_positive_duration};
 use crate::config::diagnostic::{Reporter, did_you_mean};
 use crate::config::raw;
-use crate::spec::{BackoffPolicy, MaxRestarts, ReloadLimits, defaults};
+use crate::spec::{BackoffPolicy, MaxRestarts, ReloadLimits, RestartPolicy, defaults};
 
 impl AppContext<'_> {
     pub(super) fn resolve_instances(&self, reporter: &mut Reporter) -> Option<(u32, bool)> {
@@ -34,6 +35,35 @@ impl AppContext<'_> {
             return None;
         }
         Some((count, from_max))
+    }
+
+    /// `restart`: `always` by default, but `never` for a scheduled app, which
+    /// cannot be `always` (a run would never end).
+    pub(super) fn resolve_restart(&self, reporter: &mut Reporter) -> Option<RestartPolicy> {
+        let scheduled = self.fields.schedule.is_some();
+        let Some((restart, path)) = self.pick("restart", |f| f.restart.as_ref()) else {
+            return Some(if scheduled {
+                RestartPolicy::Never
+            } else {
+                RestartPolicy::Always
+            });
+        };
+        if scheduled && restart == RestartPolicy::Always {
+            let (message, help) = if path.first() == Some(&key("defaults")) {
+                (
+                    "`restart: always` from `defaults` applies to scheduled apps too, and a run would never end",
+                    "set `restart: never` (the default with a schedule) or `on-failure` under each app with a `schedule`",
+                )
+            } else {
+                (
+                    "`restart: always` cannot go with a schedule: a run would never end",
+                    "drop it (a scheduled app defaults to `restart: never`), or write `on-failure` to retry a failed run",
+                )
+            };
+            reporter.error(&path, message).help(help);
+            return None;
+        }
+        Some(restart)
     }
 
     pub(super) fn resolve_backoff(&self, reporter: &mut Reporter) -> Option<BackoffPolicy> {

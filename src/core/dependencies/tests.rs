@@ -268,3 +268,23 @@ fn a_cycle_that_slipped_through_still_shuts_down() {
     assert!(h.core.finished());
     assert_eq!(h.signals.len(), 2);
 }
+
+#[test]
+fn a_one_shot_that_completes_was_not_restarted() {
+    let mut setup = one_shot("setup");
+    setup.ready = Readiness::Immediate;
+    let mut api = app("api", 1, Duration::ZERO);
+    api.depends_on = vec![on("setup", Condition::Ready)];
+    api.on_dependency_restart = OnDependencyRestart::Restart;
+    let mut h = Harness::new(vec![setup, api]);
+    let before = h.pids("api");
+    assert_eq!(before.len(), 1, "setup is ready while it runs");
+    let setup = h.pids("setup")[0];
+    h.exit(setup, 0);
+    h.advance(Duration::from_secs(2), STEP);
+    assert_eq!(
+        h.count(|e| matches!(e, Event::DependencyRestarted { .. })),
+        0
+    );
+    assert_eq!(h.pids("api"), before);
+}
