@@ -66,10 +66,15 @@ enum Met {
     Never(String),
 }
 
-/// Does `worker` meet `condition` for its slot?
-fn meets(worker: &Worker, condition: Condition, current: u64, has_health: bool) -> bool {
+/// Does `worker` meet `condition` for its slot? (`current`: the generation
+/// a one-shot's run must be of to count as `completed`; `None` when any
+/// counts — its rollout halted, so the old run stands, as old instances of
+/// a service keep serving.)
+fn meets(worker: &Worker, condition: Condition, current: Option<u64>, has_health: bool) -> bool {
     match (condition, &worker.state) {
-        (Condition::Completed, State::Completed { .. }) => worker.generation == current,
+        (Condition::Completed, State::Completed { .. }) => {
+            current.is_none_or(|g| worker.generation == g)
+        }
         (Condition::Completed, _) => false,
         (_, State::Completed { .. }) => true,
         (Condition::Started, State::Starting { exec_confirmed, .. }) => *exec_confirmed,
@@ -79,6 +84,11 @@ fn meets(worker: &Worker, condition: Condition, current: u64, has_health: bool) 
         }
         _ => false,
     }
+}
+
+/// The generation whose completed runs count for `completed`.
+fn counted_generation(dependency: &App) -> Option<u64> {
+    (!dependency.rollout_halted).then_some(dependency.generation)
 }
 
 /// Whether `dependency` meets `condition`: every wanted slot has a worker
@@ -91,7 +101,7 @@ fn standing(dependency: &App, condition: Condition) -> Met {
         let mut workers = dependency.workers.values().filter(|w| w.slot == slot);
         if workers
             .clone()
-            .any(|w| meets(w, condition, dependency.generation, has_health))
+            .any(|w| meets(w, condition, counted_generation(dependency), has_health))
         {
             continue;
         }
@@ -119,7 +129,7 @@ fn incarnations(dependency: &App, condition: Condition) -> BTreeSet<Incarnation>
         .workers
         .values()
         .filter(|w| w.slot < dependency.spec.instances)
-        .filter(|w| meets(w, condition, dependency.generation, has_health))
+        .filter(|w| meets(w, condition, counted_generation(dependency), has_health))
         .map(|w| Incarnation {
             worker: w.id,
             run: w.runs,

@@ -63,6 +63,19 @@ impl AppContext<'_> {
             reporter.error(&path, message).help(help);
             return None;
         }
+        if scheduled
+            && restart == RestartPolicy::OnFailure
+            && self
+                .pick("max_restarts", |f| f.max_restarts.as_ref())
+                .is_none()
+        {
+            reporter
+                .warning(
+                    &path,
+                    "a run that keeps failing is retried for ever, and later ticks wait for it (unless `overlap: replace`)",
+                )
+                .help("set `max_restarts` (e.g. `{count: 3, within: 10m}`) so that a failing run gives up");
+        }
         Some(restart)
     }
 

@@ -156,3 +156,43 @@ fn a_cron_schedule_runs_on_the_wall_clock_the_shell_gives() {
         Some(UNIX_EPOCH + Duration::from_secs(1_796_094_000 + 86_400))
     );
 }
+
+/// Cron times are on the wall clock: a clock set back an hour after the
+/// run of 03:00 does not run it again when 03:00 comes round once more.
+#[test]
+fn a_wall_clock_set_back_does_not_repeat_a_run() {
+    let cron = std::str::FromStr::from_str("0 3 * * *").unwrap();
+    let when = When::Cron {
+        cron,
+        timezone: chrono_tz::UTC,
+    };
+    let mut h = Harness::new(vec![]);
+    // 2026-12-01 02:59:30 UTC.
+    let wall = UNIX_EPOCH + Duration::from_secs(1_796_093_970);
+    let now = h.now;
+    h.core.set_wall_clock(wall, now);
+    let desired = crate::spec::Desired {
+        source: "/srv/ecosystem.yaml".into(),
+        apps: vec![scheduled(when, Overlap::Skip, false)],
+        memory_check: crate::spec::defaults::MEMORY_CHECK,
+    };
+    let trigger = "test".to_string();
+    let apply = crate::core::Input::Apply {
+        desired,
+        unbound: Vec::new(),
+        trigger,
+    };
+    h.core.input(apply, now);
+    h.settle();
+    h.advance(Duration::from_secs(40), Duration::from_secs(1));
+    let pid = h.pids("job");
+    assert_eq!(pid.len(), 1);
+    h.exit(pid[0], 0);
+    // Back an hour: 02:00:10.
+    let now = h.now;
+    let back = wall + Duration::from_secs(40) - Duration::from_secs(3600);
+    h.core.set_wall_clock(back, now);
+    h.advance(Duration::from_secs(3700), Duration::from_secs(10));
+    assert!(h.pids("job").is_empty());
+    assert_eq!(h.count(|e| matches!(e, Event::RunDue { .. })), 1);
+}
