@@ -38,11 +38,15 @@ pub enum Standing {
 /// that runs its program (`started`; one being stopped is on its way out),
 /// ready (`ready`), ready with its last liveness check passed when the app
 /// has checks (`healthy`); a completed one-shot meets all three, and only
-/// one of the current definition meets `completed`.
+/// one of the current definition meets `completed` — or of an older one
+/// when the rollout of the current one halted (the old run stands, as old
+/// instances of a service keep serving).
 pub fn serves(worker: &Worker, condition: Condition, app: &App) -> bool {
     let completed = matches!(worker.state, State::Completed { .. });
     match condition {
-        Condition::Completed => completed && worker.generation == app.generation,
+        Condition::Completed => {
+            completed && (worker.generation == app.generation || app.rollout_halted)
+        }
         _ if completed => true,
         Condition::Started => matches!(
             worker.state,
