@@ -1154,24 +1154,6 @@ fn found_a_completed_one_shot_counts_as_restarted() {
     );
 }
 
-/// Core bug (what is left of it after the fix that lets a halted one-shot's
-/// old completed run stand): a rollout halts when a replacement fails, and
-/// its old workers keep the slots; when such an old run then fails or ends
-/// for good, the dependency is not seen as blocked (only workers of the
-/// current generation are looked at), so what depends on it waits for good
-/// as `waiting for`, without a `dependency_failed` and without `held`.
-/// Seed 158414's minimal trace: a one-shot `setup` runs; `reload setup`,
-/// whose new process fails to start (restart: never) and halts the
-/// rollout; the old run then exits 1; app0 waits for setup `ready` for good.
-/// Seed 136612 ends the same way with `completed`.
-#[test]
-#[ignore = "core bug: a halted rollout whose kept run ended leaves dependents waiting for good"]
-fn core_bug_a_halted_rollout_leaves_dependents_waiting_for_good() {
-    for seed in [136_612, 158_414] {
-        check_seed(seed);
-    }
-}
-
 /// Found by the dependency seeds (fixed): the second SIGINT (`kill_all`) stops every running worker with
 /// `Worker::stop` directly, not through the core's `stop`, so the liveness
 /// checks in flight of the workers it kills are not cancelled and go on
