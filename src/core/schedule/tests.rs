@@ -113,54 +113,9 @@ fn trigger_starts_a_run_now_and_overlap_applies_while_one_goes() {
     assert_eq!(refused.unwrap_err(), "no app `nope`");
 }
 
-#[test]
-fn a_cron_schedule_runs_on_the_wall_clock_the_shell_gives() {
-    let cron = std::str::FromStr::from_str("0 3 * * *").unwrap();
-    let when = When::Cron {
-        cron,
-        timezone: chrono_tz::UTC,
-    };
-    let mut h = Harness::new(vec![]);
-    // 2026-12-01 02:59:30 UTC.
-    let wall = UNIX_EPOCH + Duration::from_secs(1_796_093_970);
-    let now = h.now;
-    h.core.set_wall_clock(wall, now);
-    let desired = crate::spec::Desired {
-        source: "/srv/ecosystem.yaml".into(),
-        apps: vec![scheduled(when, Overlap::Skip, false)],
-        memory_check: crate::spec::defaults::MEMORY_CHECK,
-    };
-    h.core.input(
-        crate::core::Input::Apply {
-            desired,
-            unbound: Vec::new(),
-            trigger: "test".into(),
-        },
-        now,
-    );
-    h.settle();
-    let runs = h.core.app("job").unwrap().runs.clone().unwrap();
-    assert_eq!(runs.next_at, Some(now + Duration::from_secs(30)));
-    assert_eq!(
-        runs.next_wall,
-        Some(UNIX_EPOCH + Duration::from_secs(1_796_094_000))
-    );
-    assert!(h.core.next_wake() <= now + Duration::from_secs(30));
-    h.advance(Duration::from_secs(29), Duration::from_secs(1));
-    assert!(h.pids("job").is_empty());
-    h.advance(Duration::from_secs(1), Duration::from_secs(1));
-    assert_eq!(h.pids("job").len(), 1);
-    let runs = h.core.app("job").unwrap().runs.clone().unwrap();
-    assert_eq!(
-        runs.next_wall,
-        Some(UNIX_EPOCH + Duration::from_secs(1_796_094_000 + 86_400))
-    );
-}
-
-/// Cron times are on the wall clock: a clock set back an hour after the
-/// run of 03:00 does not run it again when 03:00 comes round once more.
-#[test]
-fn a_wall_clock_set_back_does_not_repeat_a_run() {
+/// A job at 03:00 UTC every day, applied with the wall clock at 2026-12-01
+/// 02:59:30 UTC (returned with the harness).
+fn daily_at_three() -> (Harness, std::time::SystemTime) {
     let cron = std::str::FromStr::from_str("0 3 * * *").unwrap();
     let when = When::Cron {
         cron,
@@ -184,6 +139,36 @@ fn a_wall_clock_set_back_does_not_repeat_a_run() {
     };
     h.core.input(apply, now);
     h.settle();
+    (h, wall)
+}
+
+#[test]
+fn a_cron_schedule_runs_on_the_wall_clock_the_shell_gives() {
+    let (mut h, _) = daily_at_three();
+    let now = h.now;
+    let runs = h.core.app("job").unwrap().runs.clone().unwrap();
+    assert_eq!(runs.next_at, Some(now + Duration::from_secs(30)));
+    assert_eq!(
+        runs.next_wall,
+        Some(UNIX_EPOCH + Duration::from_secs(1_796_094_000))
+    );
+    assert!(h.core.next_wake() <= now + Duration::from_secs(30));
+    h.advance(Duration::from_secs(29), Duration::from_secs(1));
+    assert!(h.pids("job").is_empty());
+    h.advance(Duration::from_secs(1), Duration::from_secs(1));
+    assert_eq!(h.pids("job").len(), 1);
+    let runs = h.core.app("job").unwrap().runs.clone().unwrap();
+    assert_eq!(
+        runs.next_wall,
+        Some(UNIX_EPOCH + Duration::from_secs(1_796_094_000 + 86_400))
+    );
+}
+
+/// Cron times are on the wall clock: a clock set back an hour after the
+/// run of 03:00 does not run it again when 03:00 comes round once more.
+#[test]
+fn a_wall_clock_set_back_does_not_repeat_a_run() {
+    let (mut h, wall) = daily_at_three();
     h.advance(Duration::from_secs(40), Duration::from_secs(1));
     let pid = h.pids("job");
     assert_eq!(pid.len(), 1);
