@@ -1203,6 +1203,18 @@ fn found_a_shutdown_takes_an_empty_turn_for_a_cycle_and_stops_everything() {
     check_seed(154_846);
 }
 
+/// Found by the dependency seeds (fixed): a one-shot whose rollout halted
+/// (its new run failed to start) keeps its old runs; when those end with a
+/// failure, nothing will run it again without a change, yet its dependents
+/// waited for it for ever instead of being held with the reason. The gate
+/// now judges the kept old runs when no run of the new definition is there.
+#[test]
+fn found_a_halted_one_shot_whose_kept_runs_fail_holds_its_dependents() {
+    for seed in [136_612, 158_414] {
+        check_seed(seed);
+    }
+}
+
 /// A start of hundreds goes [`SPAWNS_PER_TURN`] per turn of the loop, so
 /// a shutdown (or anything else) that arrives meanwhile is handled after
 /// one turn, not after the whole batch; and with time the batch completes.

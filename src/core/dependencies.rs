@@ -98,7 +98,7 @@ fn standing(dependency: &App, condition: Condition) -> Met {
     let has_health = spec.health.is_some();
     let mut met = true;
     for slot in 0..spec.instances {
-        let mut workers = dependency.workers.values().filter(|w| w.slot == slot);
+        let workers = dependency.workers.values().filter(|w| w.slot == slot);
         if workers
             .clone()
             .any(|w| meets(w, condition, counted_generation(dependency), has_health))
@@ -106,20 +106,45 @@ fn standing(dependency: &App, condition: Condition) -> Met {
             continue;
         }
         met = false;
-        let current = workers.find(|w| w.generation == dependency.generation);
-        match current.map(|w| (&w.state, w.last_outcome)) {
-            Some((State::Failed, outcome)) => {
-                let last = outcome.map_or(String::new(), |o| format!(": {o}"));
-                return Met::Never(format!("{} failed (gave up restarting{last})", spec.name));
-            }
-            Some((State::Exited, outcome)) => {
-                let how = outcome.map_or("ended".to_string(), |o| o.to_string());
-                return Met::Never(format!("{} {how}", spec.name));
-            }
-            _ => {}
+        // Judged: the slot's workers of the current definition; when its
+        // rollout halted before one started, the old ones it keeps. Blocked
+        // once all of them ended and nothing else in the slot still runs (an
+        // old run beside a new one that just failed is about to be kept by
+        // the halt; one still stopping may yet be replaced).
+        if workers.clone().any(|w| !has_ended(w)) {
+            continue;
         }
+        let current: Vec<&Worker> = workers
+            .clone()
+            .filter(|w| w.generation == dependency.generation)
+            .collect();
+        let judged: Vec<&Worker> = if current.is_empty() && dependency.rollout_halted {
+            workers.collect()
+        } else {
+            current
+        };
+        let failed = judged.iter().find(|w| matches!(w.state, State::Failed));
+        let Some(ended) = failed.or(judged.first()) else {
+            continue;
+        };
+        return Met::Never(match (&ended.state, ended.last_outcome) {
+            (State::Failed, outcome) => {
+                let last = outcome.map_or(String::new(), |o| format!(": {o}"));
+                format!("{} failed (gave up restarting{last})", spec.name)
+            }
+            (_, outcome) => {
+                let how = outcome.map_or("ended".to_string(), |o| o.to_string());
+                format!("{} {how}", spec.name)
+            }
+        });
     }
     if met { Met::Yes } else { Met::No }
+}
+
+/// A worker that will not run again without a change: it gave up, or
+/// ended and is not restarted.
+fn has_ended(worker: &Worker) -> bool {
+    matches!(worker.state, State::Failed | State::Exited)
 }
 
 /// The processes (or completed runs) of `dependency` that meet `condition`.

@@ -65,7 +65,8 @@ pub fn serves(worker: &Worker, condition: Condition, app: &App) -> bool {
 }
 
 /// How `dependency` stands now: every wanted instance must serve; one
-/// whose workers of the current definition all gave up or ended blocks. An
+/// whose workers of the current definition (or, its rollout halted before
+/// one started, the old ones kept) all gave up or ended blocks. An
 /// app the core does not run (removed from the file) is not waited for.
 pub fn standing(core: &Core, dependency: &Dependency) -> Standing {
     let Some(other) = core.app(&dependency.app).filter(|a| !a.removed) else {
@@ -80,13 +81,26 @@ pub fn standing(core: &Core, dependency: &Dependency) -> Standing {
         {
             continue;
         }
-        // Blocked once the slot's workers of the current definition all
-        // ended (one still stopping may yet be replaced).
-        let mut current = in_slot
+        // Judged: the slot's workers of the current definition; when its
+        // rollout halted before one started, the old ones it keeps. Blocked
+        // once all of them ended and nothing else in the slot still runs.
+        if in_slot
+            .clone()
+            .any(|w| !matches!(w.state, State::Failed | State::Exited))
+        {
+            standing = Standing::Unmet;
+            continue;
+        }
+        let current: Vec<_> = in_slot
+            .clone()
             .filter(|w| w.generation == other.generation)
-            .peekable();
-        let has_current = current.peek().is_some();
-        if has_current && current.all(|w| matches!(w.state, State::Failed | State::Exited)) {
+            .collect();
+        let judged = if current.is_empty() && other.rollout_halted {
+            in_slot.collect()
+        } else {
+            current
+        };
+        if !judged.is_empty() {
             return Standing::Blocked;
         }
         standing = Standing::Unmet;

@@ -288,3 +288,64 @@ fn a_one_shot_that_completes_was_not_restarted() {
     );
     assert_eq!(h.pids("api"), before);
 }
+
+/// A one-shot still running its first run is edited; the new run ends with
+/// an error before it is ready, so the rollout halts and keeps the old run.
+/// When that old run fails too, nothing runs the one-shot again without a
+/// change: its dependents are held with the reason, not left waiting.
+#[test]
+fn a_halted_one_shot_whose_kept_run_fails_holds_its_dependents() {
+    let mut setup = one_shot("setup");
+    setup.ready = Readiness::Delay(Duration::from_secs(1));
+    let mut api = app("api", 1, Duration::ZERO);
+    api.depends_on = vec![on("setup", Condition::Completed)];
+    let mut h = Harness::new(vec![setup.clone(), api.clone()]);
+    h.advance(Duration::from_secs(1), STEP);
+    let old = h.pids("setup");
+    assert_eq!(old.len(), 1, "the first run is under way");
+    let mut edited = setup;
+    edited.process.argv = vec![crate::spec::Template::literal("setup --v2")];
+    let desired = crate::spec::Desired {
+        source: "/srv/ecosystem.yaml".into(),
+        apps: vec![edited, api],
+        memory_check: crate::spec::defaults::MEMORY_CHECK,
+    };
+    let now = h.now;
+    h.core.input(
+        Input::Apply {
+            desired,
+            unbound: Vec::new(),
+            trigger: "test".into(),
+        },
+        now,
+    );
+    h.settle();
+    let new: Vec<i32> = h
+        .pids("setup")
+        .into_iter()
+        .filter(|p| !old.contains(p))
+        .collect();
+    assert_eq!(new.len(), 1, "the new run starts beside the old one");
+    h.exit(new[0], 1);
+    assert!(h.core.app("setup").unwrap().rollout_halted);
+    assert_eq!(
+        h.core.app("api").unwrap().gate.describe().as_deref(),
+        Some("waiting for setup (completed)"),
+        "the old run may still complete"
+    );
+    assert_eq!(
+        h.count(|e| matches!(e, Event::DependencyFailed { app, .. } if app == "api")),
+        0,
+        "no hold while the old run went on"
+    );
+    h.exit(old[0], 1);
+    assert_eq!(
+        h.core.app("api").unwrap().gate.describe().as_deref(),
+        Some("held: setup exited with code 1")
+    );
+    assert!(h.pids("api").is_empty());
+    assert_eq!(
+        h.count(|e| matches!(e, Event::DependencyFailed { app, .. } if app == "api")),
+        1
+    );
+}
