@@ -93,7 +93,7 @@ pub fn compare(old: &AppSpec, new: &AppSpec) -> AppChange {
         },
         None => old_schedule.is_some() != new_schedule.is_some(),
     };
-    let policy: [(&'static str, bool); 17] = [
+    let policy: [(&'static str, bool); 18] = [
         ("ready", old.ready != new.ready),
         ("ready_timeout", old.ready_timeout != new.ready_timeout),
         ("restart", old.restart != new.restart),
@@ -120,6 +120,7 @@ pub fn compare(old: &AppSpec, new: &AppSpec) -> AppChange {
             "run_on_start",
             both.is_some_and(|(a, b)| a.run_on_start != b.run_on_start),
         ),
+        ("log", old.log != new.log),
     ];
     let tuned = changed_names(&policy);
     let overlapping_rebind = a.listen.iter().find_map(|before| {

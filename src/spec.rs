@@ -66,6 +66,9 @@ pub struct AppSpec {
     pub on_dependency_restart: OnDependencyRestart,
     /// Runs at times instead of for ever (then `instances` is 1).
     pub schedule: Option<ScheduleSpec>,
+    /// A file the output is written to as well (the core never reads it:
+    /// a change is tuned, never a replacement).
+    pub log: Option<LogSpec>,
 }
 
 impl AppSpec {
@@ -107,6 +110,7 @@ impl AppSpec {
             depends_on: Vec::new(),
             on_dependency_restart: OnDependencyRestart::Ignore,
             schedule: None,
+            log: None,
         }
     }
 
@@ -510,6 +514,41 @@ impl When {
     }
 }
 
+/// `log`: where an app's output is written and when the file is rotated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogSpec {
+    /// The absolute path, `{app}` already replaced; `{instance}` (when
+    /// there) is replaced per instance: see [`LogSpec::path_for`].
+    pub file: String,
+    /// Rotate before a line would take the file past this many bytes.
+    pub max_size: u64,
+    /// Rotated files kept: `FILE.1` (the newest) … `FILE.{keep}`.
+    pub keep: u32,
+    pub format: LogFormat,
+}
+
+/// How each line of a log file is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// `2026-12-01T03:00:00.123Z web.2 stdout | the line`.
+    Text,
+    /// `{"timestamp":…,"app":…,"instance":…,"stream":…,"line":…}`.
+    Json,
+}
+
+/// The placeholder of a log file's path replaced by the instance number.
+pub const LOG_INSTANCE_PLACEHOLDER: &str = "{instance}";
+
+impl LogSpec {
+    /// The file instance `slot` writes to.
+    pub fn path_for(&self, slot: u32) -> PathBuf {
+        PathBuf::from(
+            self.file
+                .replace(LOG_INSTANCE_PLACEHOLDER, &slot.to_string()),
+        )
+    }
+}
+
 /// What a tick does while the previous run still goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Overlap {
@@ -575,6 +614,10 @@ pub mod defaults {
     pub const MAX_WATCHDOG: Duration = Duration::from_secs(24 * 3600);
     /// The most instances one app may ask for.
     pub const MAX_INSTANCES: u32 = 4096;
+    pub const LOG_MAX_SIZE: u64 = 10 * 1000 * 1000;
+    pub const LOG_KEEP: u32 = 5;
+    /// More rotated files than this is a typo, not a retention policy.
+    pub const MAX_LOG_KEEP: u32 = 1000;
 }
 
 #[cfg(test)]

@@ -167,6 +167,18 @@ fn app() -> BoxedStrategy<AppFields> {
         Just(Overlap::Queue),
         Just(Overlap::Replace),
     ];
+    let log = (
+        of(text().boxed()),
+        of(max_memory.clone().boxed()),
+        of(any::<u32>().boxed()),
+        of(prop_oneof![Just(LogFileFormat::Text), Just(LogFileFormat::Json)].boxed()),
+    )
+        .prop_map(|(file, max_size, keep, format)| LogFile {
+            file,
+            max_size,
+            keep,
+            format,
+        });
     (
         (
             of(command.boxed()),
@@ -208,6 +220,7 @@ fn app() -> BoxedStrategy<AppFields> {
             of(text().boxed()),
             of(overlap.boxed()),
             of(any::<bool>()),
+            of(log.boxed()),
         )
             .boxed(),
     )
@@ -217,7 +230,7 @@ fn app() -> BoxedStrategy<AppFields> {
                 (ready, ready_timeout, restart, backoff, max_restarts, stop_signal),
                 (kill_timeout, reload, user, group),
                 (health, max_memory, watchdog, watchdog_signal),
-                (depends_on, on_dependency_restart, schedule, timezone, overlap, run_on_start),
+                (depends_on, on_dependency_restart, schedule, timezone, overlap, run_on_start, log),
             )| AppFields {
                 command,
                 shell,
@@ -246,6 +259,7 @@ fn app() -> BoxedStrategy<AppFields> {
                 timezone,
                 overlap,
                 run_on_start,
+                log,
             },
         )
         .boxed()
@@ -297,7 +311,7 @@ proptest! {
 
     /// Every request the client can send decodes to itself.
     #[test]
-    fn control_requests_round_trip(target in "[a-z][a-z0-9-]{0,8}(\\.[0-9]{1,3})?", lines in 0usize..10_000, follow: bool) {
+    fn control_requests_round_trip(target in "[a-z][a-z0-9-]{0,8}(\\.[0-9]{1,3})?", lines in 0usize..10_000, follow: bool, since_ms: Option<u64>) {
         use supervise::control::{Command, Request, decode};
         for command in [
             Command::Status,
@@ -305,7 +319,7 @@ proptest! {
             Command::Restart { target: target.clone() },
             Command::Stop { target: target.clone() },
             Command::Start { target: target.clone() },
-            Command::Logs { target: Some(target.clone()), lines, follow },
+            Command::Logs { target: Some(target.clone()), lines, follow, since_ms },
         ] {
             let line = serde_json::to_vec(&Request::new(command.clone())).unwrap();
             prop_assert_eq!(decode(&line).map(|r| r.command), Ok(command));

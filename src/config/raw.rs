@@ -144,6 +144,41 @@ pub struct AppFields {
     /// time comes. Default false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_on_start: Option<bool>,
+    /// Also write the app's output to a file, rotated by size. Default: only
+    /// the in-memory rings `supervise logs` serves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<LogFile>,
+}
+
+/// `log`: a file the app's output is written to, rotated by size.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LogFile {
+    /// The file, relative to the ecosystem file's folder; `{app}` and
+    /// `{instance}` are replaced (with `{instance}`, one file per instance).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// The size at which the file is rotated (`app.log` → `app.log.1` …).
+    /// Default 10MB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_size: Option<Size>,
+    /// How many rotated files are kept; the oldest is deleted. Default 5.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep: Option<u32>,
+    /// `text` (a timestamp, the instance and the stream before each line)
+    /// or `json` (one JSON object per line). Default `text`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<LogFileFormat>,
+}
+
+/// `log.format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFileFormat {
+    /// `2026-12-01T03:00:00.123Z web.2 stdout | the line`.
+    Text,
+    /// `{"timestamp", "app", "instance", "stream", "line"}`.
+    Json,
 }
 
 /// `depends_on`: names, or names with the condition each must meet.

@@ -217,25 +217,13 @@ impl AppContext<'_> {
     /// `max_memory` in bytes (`None` without a limit, or after an error).
     pub(super) fn resolve_max_memory(&self, reporter: &mut Reporter) -> Option<u64> {
         let (size, path) = self.pick("max_memory", |f| f.max_memory.as_ref())?;
-        let (bytes, text) = match size {
-            raw::Size::Bytes(bytes) => (Ok(bytes), bytes.to_string()),
-            raw::Size::Text(text) => (parse_size(&text), text),
-        };
-        let message = match bytes {
-            Ok(0) => {
-                reporter
-                    .error(&path, "max_memory must be greater than zero")
-                    .help("leave `max_memory` out for no limit");
-                return None;
-            }
-            Ok(bytes) => return Some(bytes),
-            Err(SizeError::NotASize) => format!("`{text}` is not a size"),
-            Err(SizeError::Negative) => format!("a size cannot be negative, found `{text}`"),
-            Err(SizeError::UnknownUnit(unit)) => format!("unknown unit `{unit}` in size `{text}`"),
-            Err(SizeError::TooLarge) => format!("`{text}` is more bytes than supervise can count"),
-        };
-        reporter.error(&path, message).help(SIZE_HELP);
-        None
+        resolve_size(
+            &size,
+            "max_memory",
+            "leave `max_memory` out for no limit",
+            &path,
+            reporter,
+        )
     }
 
     /// `watchdog`: how often a ready instance must send `WATCHDOG=1`.
@@ -266,6 +254,36 @@ impl AppContext<'_> {
         }
         Some(signal)
     }
+}
+
+/// A size in bytes, greater than zero (`None` after an error, reported at
+/// `path`; `zero_help` says what to write instead of 0).
+pub(super) fn resolve_size(
+    size: &raw::Size,
+    field: &str,
+    zero_help: &str,
+    path: &[PathSeg],
+    reporter: &mut Reporter,
+) -> Option<u64> {
+    let (bytes, text) = match size {
+        raw::Size::Bytes(bytes) => (Ok(*bytes), bytes.to_string()),
+        raw::Size::Text(text) => (parse_size(text), text.clone()),
+    };
+    let message = match bytes {
+        Ok(0) => {
+            reporter
+                .error(path, format!("{field} must be greater than zero"))
+                .help(zero_help);
+            return None;
+        }
+        Ok(bytes) => return Some(bytes),
+        Err(SizeError::NotASize) => format!("`{text}` is not a size"),
+        Err(SizeError::Negative) => format!("a size cannot be negative, found `{text}`"),
+        Err(SizeError::UnknownUnit(unit)) => format!("unknown unit `{unit}` in size `{text}`"),
+        Err(SizeError::TooLarge) => format!("`{text}` is more bytes than supervise can count"),
+    };
+    reporter.error(path, message).help(SIZE_HELP);
+    None
 }
 
 /// Why a size could not be read.

@@ -12,11 +12,12 @@
 //! (instances, restarts, backoff, signals, rollout limits), [`health`]
 //! (health checks, memory limits, the watchdog), [`schedule`] (apps that run
 //! at times), [`depends`] (apps that wait for others, judged across apps once
-//! every app is resolved).
+//! every app is resolved), [`log`] (the files output is written to).
 
 mod depends;
 mod health;
 mod listen;
+mod log;
 mod policy;
 mod process;
 mod ready;
@@ -103,6 +104,10 @@ pub fn resolve(
     listen::check_listen_clashes(file, &listeners, reporter);
     schedule::check_defaults(file, reporter);
     depends::check(file, &resolved, broken, reporter);
+    let source_in_folder = source
+        .file_name()
+        .map_or_else(|| folder.clone(), |name| folder.join(name));
+    log::check_shared_files(file, &source_in_folder, &resolved, reporter);
     let memory_check = match &file.memory_check {
         Some(text) => {
             let path = [key("memory_check")];
@@ -232,6 +237,7 @@ impl AppContext<'_> {
         let restart = self.resolve_restart(reporter);
         let on_dependency_restart = self.resolve_on_dependency_restart(reporter);
         let schedule = self.resolve_schedule(reporter);
+        let log = self.resolve_log(reporter);
 
         if reporter.error_count() > errors_before {
             return None;
@@ -266,6 +272,7 @@ impl AppContext<'_> {
             depends_on: self.resolve_depends_on(),
             on_dependency_restart,
             schedule,
+            log,
         })
     }
 
