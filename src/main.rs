@@ -85,7 +85,16 @@ fn main() -> ExitCode {
             target,
             lines,
             follow,
-        }) => with_socket(&|s| client::logs(s, target.clone(), *lines, *follow)),
+            since,
+        }) => with_socket(&|s| {
+            let request = Request::Logs {
+                target: target.clone(),
+                lines: *lines,
+                follow: *follow,
+                since_ms: since.map(client::unix_millis),
+            };
+            client::logs(s, request)
+        }),
         Some(Command::Run) | None => cli::run(&args),
     }
 }

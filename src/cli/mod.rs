@@ -171,11 +171,29 @@ pub enum Command {
         /// with `tail -f`; give the file as `--file` then).
         #[arg(long)]
         follow: bool,
+        /// Only lines printed since then: a duration back (`10m`, `1h30m`)
+        /// or an RFC 3339 time (`2026-12-01T09:00:00Z`).
+        #[arg(long, value_name = "WHEN", value_parser = parse_since)]
+        since: Option<std::time::SystemTime>,
     },
     /// Print a shell completion script.
     Completions { shell: clap_complete::Shell },
     /// Print the man page (roff).
     Man,
+}
+
+/// `--since`: a duration back from now, or an RFC 3339 time.
+fn parse_since(text: &str) -> Result<std::time::SystemTime, String> {
+    if let Ok(back) = humantime::parse_duration(text) {
+        return std::time::SystemTime::now()
+            .checked_sub(back)
+            .ok_or_else(|| format!("`{text}` reaches back before 1970"));
+    }
+    humantime::parse_rfc3339_weak(text).map_err(|_| {
+        format!(
+            "`{text}` is neither a duration (`10m`) nor an RFC 3339 time (`2026-12-01T09:00:00Z`)"
+        )
+    })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use super::{CgroupMode, Cli, LogStyle, ecosystem_path, err, exit};
 use crate::config::{self, Host, diagnostic};
 use crate::effects::control::LogHub;
+use crate::effects::logfile::LogFiles;
 use crate::effects::logging;
 use crate::effects::output::{LogFormat, LogSink};
 use crate::effects::runtime::{self, Claim, LockError};
@@ -172,6 +173,7 @@ pub fn run(cli: &Cli) -> ExitCode {
         sink: sink.clone(),
         format,
         logs: logs.clone(),
+        files: LogFiles::start(),
         undertaker,
         spawner,
         base_env: worker_base_env(std::env::vars_os()),

@@ -296,21 +296,16 @@ pub fn simple(socket: &Path, command: Command) -> Result<(), Failure> {
     Ok(())
 }
 
-/// `supervise logs [TARGET] [-n LINES] [-f]`.
-pub fn logs(
-    socket: &Path,
-    target: Option<String>,
-    lines: usize,
-    follow: bool,
-) -> Result<(), Failure> {
-    let mut connection = Connection::open(
-        socket,
-        Command::Logs {
-            target,
-            lines,
-            follow,
-        },
-    )?;
+/// Milliseconds since the Unix epoch (0 before it), as `logs` sends `since`.
+pub fn unix_millis(time: std::time::SystemTime) -> u64 {
+    time.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// `supervise logs [TARGET] [-n LINES] [-f] [--since WHEN]`: `request` is a
+/// [`Command::Logs`].
+pub fn logs(socket: &Path, request: Command) -> Result<(), Failure> {
+    let mut connection = Connection::open(socket, request)?;
     while let Some(reply) = connection.next_reply()? {
         if reply["end"] == true {
             break;

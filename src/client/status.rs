@@ -133,6 +133,9 @@ pub fn status(socket: &Path, all: bool, json: bool) -> Result<(), Failure> {
             ]);
         }
         notes.extend(schedule_note(app).map(|line| format!("{name}: {line}\n")));
+        if let Some(error) = &app.log_error {
+            notes.push_str(&format!("{name}: log file {error}\n"));
+        }
         if app.rollout.halted {
             table.add_row([
                 name.to_string(),

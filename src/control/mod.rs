@@ -39,6 +39,10 @@ pub enum Command {
         lines: usize,
         #[serde(default)]
         follow: bool,
+        /// Only lines printed at this time or later (milliseconds since
+        /// the Unix epoch); the follow is not filtered.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        since_ms: Option<u64>,
     },
 }
 
@@ -124,7 +128,8 @@ mod tests {
             Command::Logs {
                 target: None,
                 lines: 100,
-                follow: false
+                follow: false,
+                since_ms: None,
             }
         );
         for command in [

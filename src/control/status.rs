@@ -23,6 +23,13 @@ pub struct StatusReply {
 }
 
 impl StatusReply {
+    /// Fill in the errors of the apps' log files (by app name).
+    pub fn add_log_errors(&mut self, mut errors: std::collections::HashMap<String, String>) {
+        for app in &mut self.apps {
+            app.log_error = errors.remove(&app.name);
+        }
+    }
+
     /// Fill in every running worker's CPU share (over its life) and memory
     /// from `usage` (per process group, from /proc; `ticks` per second).
     pub fn add_usage(
@@ -61,6 +68,12 @@ pub struct AppStatus {
     /// A scheduled app's runs.
     #[serde(default)]
     pub schedule: Option<ScheduleStatus>,
+    /// The file its output is written to (`{instance}` left in), if any.
+    #[serde(default)]
+    pub log_file: Option<String>,
+    /// Why that file cannot be written, while it cannot.
+    #[serde(default)]
+    pub log_error: Option<String>,
     pub workers: Vec<WorkerStatus>,
 }
 

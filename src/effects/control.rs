@@ -21,7 +21,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -66,12 +66,34 @@ pub struct ControlRequest {
 /// The last lines of every instance, and a feed of new ones.
 pub struct LogHub {
     rings: Mutex<HashMap<(Arc<str>, u32), Ring>>,
-    feed: broadcast::Sender<(Arc<str>, u32, String)>,
+    feed: broadcast::Sender<Line>,
+}
+
+/// A line an instance printed, and when it was read.
+#[derive(Debug, Clone)]
+struct Line {
+    app: Arc<str>,
+    slot: u32,
+    at: SystemTime,
+    text: String,
+}
+
+impl Line {
+    /// The reply line a client gets for it.
+    fn reply(&self) -> Value {
+        serde_json::json!({
+            "ok": true,
+            "app": &*self.app,
+            "slot": self.slot,
+            "time": humantime::format_rfc3339_millis(self.at).to_string(),
+            "line": self.text,
+        })
+    }
 }
 
 #[derive(Default)]
 struct Ring {
-    lines: VecDeque<String>,
+    lines: VecDeque<(SystemTime, String)>,
     bytes: usize,
 }
 
@@ -83,21 +105,27 @@ impl LogHub {
         })
     }
 
-    /// Keep a line an instance printed (bounded), and pass it to followers.
-    pub fn push(&self, app: &Arc<str>, slot: u32, line: &[u8]) {
+    /// Keep a line an instance printed at `at` (bounded), and pass it to
+    /// followers.
+    pub fn push(&self, app: &Arc<str>, slot: u32, line: &[u8], at: SystemTime) {
         let text = String::from_utf8_lossy(line).into_owned();
         if let Ok(mut rings) = self.rings.lock() {
             let ring = rings.entry((app.clone(), slot)).or_default();
             ring.bytes += text.len();
-            ring.lines.push_back(text.clone());
+            ring.lines.push_back((at, text.clone()));
             while ring.lines.len() > RING_LINES || ring.bytes > RING_BYTES {
                 match ring.lines.pop_front() {
-                    Some(old) => ring.bytes -= old.len(),
+                    Some((_, old)) => ring.bytes -= old.len(),
                     None => break,
                 }
             }
         }
-        let _ = self.feed.send((app.clone(), slot, text));
+        let _ = self.feed.send(Line {
+            app: app.clone(),
+            slot,
+            at,
+            text,
+        });
     }
 
     /// Drop the rings of one slot of `app`, or of all its slots.
@@ -112,13 +140,15 @@ impl LogHub {
         self.rings.lock().map_or(0, |rings| rings.len())
     }
 
-    /// Up to `count` last lines of each matching instance, oldest first.
+    /// Up to `count` last lines of each matching instance printed at
+    /// `since` or later, oldest first (instance by instance).
     fn tail(
         &self,
         app: Option<&str>,
         slot: Option<u32>,
         count: usize,
-    ) -> Vec<(String, u32, String)> {
+        since: Option<SystemTime>,
+    ) -> Vec<Line> {
         let Ok(rings) = self.rings.lock() else {
             return Vec::new();
         };
@@ -132,13 +162,17 @@ impl LogHub {
         let mut lines = Vec::new();
         for key in keys {
             let ring = &rings[key];
-            let skip = ring.lines.len().saturating_sub(count);
-            lines.extend(
-                ring.lines
-                    .iter()
-                    .skip(skip)
-                    .map(|l| (key.0.to_string(), key.1, l.clone())),
-            );
+            // Lines are in the order they were read, so their times grow
+            // (unless the wall clock was set back: then the cut is only
+            // near): the first one at `since` or later is found by halving.
+            let first = since.map_or(0, |since| ring.lines.partition_point(|(at, _)| *at < since));
+            let skip = (ring.lines.len() - first).saturating_sub(count);
+            lines.extend(ring.lines.iter().skip(first + skip).map(|(at, text)| Line {
+                app: key.0.clone(),
+                slot: key.1,
+                at: *at,
+                text: text.clone(),
+            }));
         }
         lines
     }
@@ -282,12 +316,20 @@ async fn connection(
         target,
         lines,
         follow,
+        since_ms,
     } = request.command
     {
         // Past the request line, only the end of the client's stream matters
         // (see `client_gone`): bytes buffered after the line are dropped.
         let client_side = reader.into_inner().into_inner();
-        return serve_logs(client_side, &mut write, &logs, target, lines, follow).await;
+        let since = since_ms.map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
+        let tail = Tail {
+            target,
+            count: lines,
+            since,
+            follow,
+        };
+        return serve_logs(client_side, &mut write, &logs, tail).await;
     }
     let (reply, mut replies) = mpsc::channel(REPLY_QUEUE);
     let queued = requests.try_send(ControlRequest {
@@ -307,14 +349,28 @@ async fn connection(
     Ok(())
 }
 
+/// What a `logs` request asks for.
+struct Tail {
+    target: Option<String>,
+    /// Lines per instance, at most.
+    count: usize,
+    /// Only lines printed at this time or later.
+    since: Option<SystemTime>,
+    follow: bool,
+}
+
 async fn serve_logs(
     mut read: tokio::net::unix::OwnedReadHalf,
     write: &mut tokio::net::unix::OwnedWriteHalf,
     logs: &LogHub,
-    target: Option<String>,
-    count: usize,
-    follow: bool,
+    tail: Tail,
 ) -> io::Result<()> {
+    let Tail {
+        target,
+        count,
+        since,
+        follow,
+    } = tail;
     let (app, slot) = match target.as_deref().map(control::parse_target) {
         Some(Ok((app, slot))) => (Some(app.to_string()), slot),
         Some(Err(message)) => return send(write, &control::error_reply(&message)).await,
@@ -322,12 +378,8 @@ async fn serve_logs(
     };
     // Subscribe first, so no line falls between the tail and the follow.
     let mut feed = logs.feed.subscribe();
-    for (line_app, line_slot, line) in logs.tail(app.as_deref(), slot, count) {
-        send(
-            write,
-            &serde_json::json!({"ok": true, "app": line_app, "slot": line_slot, "line": line}),
-        )
-        .await?;
+    for line in logs.tail(app.as_deref(), slot, count, since) {
+        send(write, &line.reply()).await?;
     }
     if !follow {
         return send(write, &serde_json::json!({"ok": true, "end": true})).await;
@@ -346,13 +398,13 @@ async fn serve_logs(
             }
         };
         match received {
-            Ok((line_app, line_slot, line)) => {
-                if app.as_deref().is_some_and(|a| a != &*line_app)
-                    || slot.is_some_and(|s| s != line_slot)
+            Ok(line) => {
+                if app.as_deref().is_some_and(|a| a != &*line.app)
+                    || slot.is_some_and(|s| s != line.slot)
                 {
                     continue;
                 }
-                send(write, &serde_json::json!({"ok": true, "app": &*line_app, "slot": line_slot, "line": line})).await?;
+                send(write, &line.reply()).await?;
             }
             Err(broadcast::error::RecvError::Lagged(missed)) => {
                 send(write, &serde_json::json!({"ok": true, "missed": missed})).await?;
@@ -388,11 +440,16 @@ mod tests {
         let hub = LogHub::new();
         let web: Arc<str> = "web".into();
         for i in 0..RING_LINES + 10 {
-            hub.push(&web, 0, format!("line {i}").as_bytes());
+            hub.push(
+                &web,
+                0,
+                format!("line {i}").as_bytes(),
+                SystemTime::UNIX_EPOCH,
+            );
         }
-        hub.push(&web, 1, b"other slot");
-        let tail = hub.tail(Some("web"), Some(0), 3);
-        let texts: Vec<&str> = tail.iter().map(|(_, _, l)| l.as_str()).collect();
+        hub.push(&web, 1, b"other slot", SystemTime::UNIX_EPOCH);
+        let tail = hub.tail(Some("web"), Some(0), 3, None);
+        let texts: Vec<&str> = tail.iter().map(|l| l.text.as_str()).collect();
         assert_eq!(
             texts,
             [
@@ -401,19 +458,52 @@ mod tests {
                 format!("line {}", RING_LINES + 9)
             ]
         );
-        assert_eq!(hub.tail(Some("web"), None, 10_000).len(), RING_LINES + 1);
-        let big = vec![b'x'; RING_BYTES / 2 + 1];
-        hub.push(&web, 2, &big);
-        hub.push(&web, 2, &big);
         assert_eq!(
-            hub.tail(Some("web"), Some(2), 10).len(),
+            hub.tail(Some("web"), None, 10_000, None).len(),
+            RING_LINES + 1
+        );
+        let big = vec![b'x'; RING_BYTES / 2 + 1];
+        hub.push(&web, 2, &big, SystemTime::UNIX_EPOCH);
+        hub.push(&web, 2, &big, SystemTime::UNIX_EPOCH);
+        assert_eq!(
+            hub.tail(Some("web"), Some(2), 10, None).len(),
             1,
             "bounded in bytes too"
         );
         hub.forget("web", Some(2));
         assert_eq!(hub.rings(), 2);
-        hub.push(&"api".into(), 0, b"x");
+        hub.push(&"api".into(), 0, b"x", SystemTime::UNIX_EPOCH);
         hub.forget("web", None);
         assert_eq!(hub.rings(), 1, "only api's ring is left");
+    }
+
+    #[test]
+    fn since_keeps_the_lines_printed_from_then_on() {
+        let hub = LogHub::new();
+        let web: Arc<str> = "web".into();
+        let at = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
+        for s in 0..10 {
+            hub.push(&web, 0, format!("at {s}").as_bytes(), at(s));
+        }
+        hub.push(&web, 1, b"early", at(1));
+        let since: Vec<String> = hub
+            .tail(Some("web"), None, 100, Some(at(7)))
+            .into_iter()
+            .map(|l| l.text)
+            .collect();
+        assert_eq!(since, ["at 7", "at 8", "at 9"]);
+        let last_two: Vec<String> = hub
+            .tail(Some("web"), Some(0), 2, Some(at(3)))
+            .into_iter()
+            .map(|l| l.text)
+            .collect();
+        assert_eq!(
+            last_two,
+            ["at 8", "at 9"],
+            "-n still bounds what is after --since"
+        );
+        assert!(hub.tail(None, None, 100, Some(at(11))).is_empty());
+        let reply = hub.tail(Some("web"), Some(1), 1, None)[0].reply();
+        assert_eq!(reply["time"], "1970-01-01T00:00:01.000Z");
     }
 }

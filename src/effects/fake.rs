@@ -612,6 +612,19 @@ impl Effects for FakeEffects {
         self.systemd.push(state.to_string());
     }
 
+    fn route_output(&mut self, desired: &crate::spec::Desired) {
+        let logged: Vec<&str> = desired
+            .apps
+            .iter()
+            .filter(|app| app.log.is_some())
+            .map(|app| app.name.as_str())
+            .collect();
+        if !logged.is_empty() {
+            self.history
+                .push(format!("route output of {}", logged.join(",")));
+        }
+    }
+
     fn forget_output(&mut self, app: &str, slot: Option<u32>) {
         self.history.push(match slot {
             Some(slot) => format!("forget output {app}.{slot}"),

@@ -13,6 +13,7 @@ pub mod checks;
 pub mod control;
 pub mod fake;
 pub mod groups;
+pub mod logfile;
 pub mod logging;
 pub mod notify;
 pub mod output;
@@ -37,7 +38,7 @@ use nix::sys::signal::Signal;
 
 use crate::core::worker::{Exit, StartError};
 use crate::core::{CheckOrder, SpawnOrder};
-use crate::spec::{ListenAddress, SocketKey};
+use crate::spec::{Desired, ListenAddress, SocketKey};
 pub use procfs::GroupUsage;
 pub use sockets::BindError;
 
@@ -146,4 +147,8 @@ pub trait Effects {
 
     /// Drop the output kept for a slot (or a whole app) that is gone.
     fn forget_output(&mut self, app: &str, slot: Option<u32>);
+
+    /// A version of the file was applied: each app's output goes to the
+    /// log file it names from now on (a change restarts nothing).
+    fn route_output(&mut self, desired: &Desired);
 }

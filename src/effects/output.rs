@@ -14,6 +14,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync
 use std::time::{Duration, SystemTime};
 
 use super::control::LogHub;
+use super::logfile::LogFiles;
 
 /// Lines waiting for the terminal; beyond this they are dropped (and counted).
 pub const LOG_QUEUE_LINES: usize = 8192;
@@ -176,7 +177,7 @@ pub enum Stream {
 }
 
 impl Stream {
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Stream::Stdout => "stdout",
             Stream::Stderr => "stderr",
@@ -306,22 +307,34 @@ std::thread_local! {
     static CHUNK: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; READ_CHUNK_BYTES]);
 }
 
-/// Read a worker's pipe until EOF, forwarding each line to the sink and to
-/// the instance's ring for `supervise logs`.
-pub async fn pump(
-    fd: OwnedFd,
-    source: Source,
-    stream: Stream,
-    sink: LogSink,
-    logs: Arc<LogHub>,
-    format: LogFormat,
-) {
+/// Where each line a worker prints goes.
+pub struct Outlets {
+    /// The terminal (or journal): the supervisor's own output.
+    pub sink: LogSink,
+    /// The instance's ring, for `supervise logs`.
+    pub logs: Arc<LogHub>,
+    /// The app's log file, when it names one.
+    pub files: Arc<LogFiles>,
+    pub format: LogFormat,
+}
+
+/// Read a worker's pipe until EOF, forwarding each line to its outlets. The
+/// lines of one read share its time (read once, not per line).
+pub async fn pump(fd: OwnedFd, source: Source, stream: Stream, outlets: Outlets) {
     let Ok(pipe) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
         return;
     };
+    let Outlets {
+        sink,
+        logs,
+        files,
+        format,
+    } = outlets;
     let mut splitter = LineSplitter::default();
-    let mut emit = |line: &[u8]| {
-        logs.push(&source.app, source.slot, line);
+    let mut at = SystemTime::now();
+    let emit = |line: &[u8], at: SystemTime| {
+        logs.push(&source.app, source.slot, line, at);
+        files.write(&source.app, source.slot, stream, line, at);
         sink.send_output(render_line(&source, stream, line, format));
     };
     loop {
@@ -331,7 +344,8 @@ pub async fn pump(
         let read = CHUNK.with_borrow_mut(|chunk| match pipe.try_read(chunk) {
             Ok(0) => Err(()),
             Ok(n) => {
-                splitter.feed(&chunk[..n], &mut emit);
+                at = SystemTime::now();
+                splitter.feed(&chunk[..n], &mut |line| emit(line, at));
                 Ok(())
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(()),
@@ -341,7 +355,7 @@ pub async fn pump(
             break;
         }
     }
-    splitter.finish(&mut emit);
+    splitter.finish(&mut |line| emit(line, at));
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ use tracing::{error, warn};
 use super::checks::{Checks, Launcher};
 use super::control::LogHub;
 use super::groups::Groups;
+use super::logfile::LogFiles;
 use super::output::{self, LogFormat, LogSink, Source, Stream};
 use super::probe;
 use super::sockets::{BindError, SocketRegistry};
@@ -65,6 +66,8 @@ pub struct Setup {
     pub sink: LogSink,
     pub format: LogFormat,
     pub logs: Arc<LogHub>,
+    /// The log files apps name (`log`), written off the loop.
+    pub files: Arc<LogFiles>,
     pub undertaker: Undertaker,
     /// Forks the workers (see [`super::spawn::Spawner`]).
     pub spawner: Spawner,
@@ -129,6 +132,11 @@ impl System {
     /// The undertaker's pid (its exit is not a worker's).
     pub fn undertaker_pid(&self) -> i32 {
         self.setup.undertaker.pid()
+    }
+
+    /// The log files, for SIGUSR1, `status` and the end.
+    pub fn log_files(&self) -> &Arc<LogFiles> {
+        &self.setup.files
     }
 
     /// How instances are tracked, for `status`.
@@ -306,9 +314,12 @@ impl Effects for System {
                 fd,
                 source.clone(),
                 stream,
-                self.setup.sink.clone(),
-                self.setup.logs.clone(),
-                self.setup.format,
+                output::Outlets {
+                    sink: self.setup.sink.clone(),
+                    logs: self.setup.logs.clone(),
+                    files: self.setup.files.clone(),
+                    format: self.setup.format,
+                },
             ));
         }
         let exec = self.watch_exec(pid, spawned.exec_status);
@@ -477,5 +488,10 @@ impl Effects for System {
 
     fn forget_output(&mut self, app: &str, slot: Option<u32>) {
         self.setup.logs.forget(app, slot);
+        self.setup.files.forget(app, slot);
+    }
+
+    fn route_output(&mut self, desired: &crate::spec::Desired) {
+        self.setup.files.route(desired);
     }
 }

@@ -96,7 +96,9 @@ pub enum Edit {
         app: usize,
         value: u32,
     },
-    /// A policy field: nothing restarts.
+    /// Policy fields: nothing restarts. The app's `kill_timeout` becomes
+    /// `millis`, and its output goes to a log file when `millis` is odd
+    /// (else to none).
     KillTimeout {
         app: usize,
         millis: u64,
@@ -297,6 +299,12 @@ impl World {
             Edit::KillTimeout { app, millis } if !apps.is_empty() => {
                 let index = app % apps.len();
                 apps[index].kill_timeout = Duration::from_millis(millis.max(1));
+                apps[index].log = (millis % 2 == 1).then(|| crate::spec::LogSpec {
+                    file: format!("/nonexistent/{}.log", apps[index].name),
+                    max_size: millis,
+                    keep: 1,
+                    format: crate::spec::LogFormat::Text,
+                });
             }
             Edit::Add => {
                 self.added += 1;

@@ -36,6 +36,7 @@ impl<E: Effects> Supervisor<E> {
                         unbound.push((app, error.to_string()));
                     }
                 }
+                self.effects.route_output(&desired);
                 self.core.input(
                     Input::Apply {
                         desired,

@@ -120,6 +120,7 @@ impl<E: Effects> Supervisor<E> {
     /// Start the first version's workers.
     pub fn start(&mut self) {
         report::first_applied(&self.shown, self.core.desired());
+        self.effects.route_output(self.core.desired());
         let now = self.clock();
         self.settle(now);
     }

@@ -1,6 +1,6 @@
 //! The real event sources around a [`Supervisor`]: signals (one SIGCHLD
-//! stream, SIGINT, SIGTERM, SIGHUP; SIGUSR1 and SIGUSR2 are logged and
-//! ignored), the config loader, exec-status reports, probes, the notify
+//! stream, SIGINT, SIGTERM, SIGHUP, SIGUSR1 to reopen the log files; SIGUSR2
+//! is logged and ignored), the config loader, exec-status reports, probes, the notify
 //! socket, the control socket, and the timer the core asks for. One task owns
 //! the supervisor; everything else sends it messages.
 //!
@@ -35,6 +35,8 @@ const CONFIG_QUEUE: usize = 4;
 const EVENT_QUEUE: usize = 1024;
 /// The most messages of one kind taken before the core converges.
 const BATCH: usize = 4096;
+/// How long the log files may take to be written at shutdown.
+const LOG_FILES_FINISH_WAIT: Duration = Duration::from_secs(5);
 /// How long to wait for the undertaker and the spawner to exit at shutdown.
 const HELPER_EXIT_WAIT: Duration = Duration::from_secs(2);
 
@@ -139,7 +141,7 @@ pub async fn run(launch: Launch) -> std::io::Result<()> {
             _ = interrupts.recv() => supervisor.handle(Event::Interrupt),
             _ = terminates.recv() => supervisor.handle(Event::Terminate),
             _ = hangups.recv() => rereader.reread(),
-            _ = user1.recv() => ignored("SIGUSR1"),
+            _ = user1.recv() => supervisor.effects().log_files().reopen(),
             _ = user2.recv() => ignored("SIGUSR2"),
             Some(loaded) = configs.recv() => {
                 if let Some(identity) = &loaded.identity {
@@ -175,6 +177,7 @@ pub async fn run(launch: Launch) -> std::io::Result<()> {
                     // thread.
                     let mut status = supervisor.status();
                     status.tracking = Some(supervisor.effects().tracking().describe());
+                    status.add_log_errors(supervisor.effects().log_files().errors());
                     let cgroups = supervisor.effects().cgroups();
                     tokio::task::spawn_blocking(move || {
                         status.add_usage(&usage::all(&cgroups), procfs::ticks_per_second());
@@ -209,7 +212,9 @@ pub async fn run(launch: Launch) -> std::io::Result<()> {
     info!(event = "exiting", "all processes stopped; exiting");
     let _ = std::fs::remove_file(&control_path);
     drop(claim);
+    let files = std::sync::Arc::clone(system.log_files());
     let (helpers, sink, tracking) = system.finish();
+    files.finish(LOG_FILES_FINISH_WAIT);
     let deadline = Instant::now() + HELPER_EXIT_WAIT;
     for helper in helpers {
         reap_helper(helper, deadline);

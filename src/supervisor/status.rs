@@ -93,6 +93,8 @@ impl<E: Effects> Supervisor<E> {
                         .runs
                         .as_ref()
                         .map(|runs| schedule(runs, &app.workers, now, wall)),
+                    log_file: app.spec.log.as_ref().map(|log| log.file.clone()),
+                    log_error: None,
                     workers,
                 }
             })

@@ -65,6 +65,15 @@ impl Supervised {
         Supervised::launch(dir, wrapper, args)
     }
 
+    /// Like [`Supervised::start`], but the lines workers print are not kept
+    /// as events (a flood of them would fill the test's memory).
+    pub fn start_dropping_output(yaml: &str, prepare: impl FnOnce(&Path)) -> Supervised {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("ecosystem.yaml"), yaml).expect("write ecosystem.yaml");
+        prepare(dir.path());
+        Supervised::launch_with(dir, &[], &[], false)
+    }
+
     /// A new supervisor in the directory of `previous`, which has exited
     /// (same files, same runtime directory).
     pub fn start_again(mut previous: Supervised, args: &[&str]) -> Supervised {
@@ -75,6 +84,15 @@ impl Supervised {
     }
 
     fn launch(dir: tempfile::TempDir, wrapper: &[&str], args: &[&str]) -> Supervised {
+        Supervised::launch_with(dir, wrapper, args, true)
+    }
+
+    fn launch_with(
+        dir: tempfile::TempDir,
+        wrapper: &[&str],
+        args: &[&str],
+        keep_output: bool,
+    ) -> Supervised {
         let runtime = runtime_dir(dir.path());
         let stderr_path = dir.path().join("supervise.stderr");
         let stderr = std::fs::File::create(&stderr_path).expect("stderr file");
@@ -103,6 +121,10 @@ impl Supervised {
         let (send, lines) = channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).split(b'\n').map_while(Result::ok) {
+                const OUTPUT: &[u8] = br#""event":"output","#;
+                if !keep_output && line.windows(OUTPUT.len()).take(64).any(|w| w == OUTPUT) {
+                    continue;
+                }
                 if let Ok(value) = serde_json::from_slice::<Value>(&line)
                     && send.send(value).is_err()
                 {
