@@ -12,11 +12,12 @@
 //! (instances, restarts, backoff, signals, rollout limits), [`health`]
 //! (health checks, memory limits, the watchdog), [`schedule`] (apps that run
 //! at times), [`depends`] (apps that wait for others, judged across apps once
-//! every app is resolved).
+//! every app is resolved), [`metrics`] (the top-level `metrics` address).
 
 mod depends;
 mod health;
 mod listen;
+mod metrics;
 mod policy;
 mod process;
 mod ready;
@@ -101,6 +102,7 @@ pub fn resolve(
         resolved.push((name.as_str(), spec));
     }
     listen::check_listen_clashes(file, &listeners, reporter);
+    let metrics = metrics::resolve(file, &listeners, reporter);
     schedule::check_defaults(file, reporter);
     depends::check(file, &resolved, broken, reporter);
     let memory_check = match &file.memory_check {
@@ -120,6 +122,7 @@ pub fn resolve(
         source: source.to_path_buf(),
         apps: resolved.into_iter().filter_map(|(_, spec)| spec).collect(),
         memory_check: memory_check?,
+        metrics: metrics?,
     })
 }
 
