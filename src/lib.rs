@@ -63,6 +63,7 @@ pub mod control;
 pub mod core;
 pub mod effects;
 pub mod host;
+pub mod metrics;
 pub mod plan;
 pub mod scale;
 pub mod simulation;
