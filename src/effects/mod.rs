@@ -14,6 +14,7 @@ pub mod control;
 pub mod fake;
 pub mod groups;
 pub mod logging;
+pub mod metrics;
 pub mod notify;
 pub mod output;
 pub mod probe;
