@@ -279,7 +279,7 @@ impl Prometheus {
             ),
         )
         .expect("the scrape config is written");
-        let address = free_port();
+        let address = free_port("127.0.0.4");
         let log = std::fs::File::create(dir.path().join("prometheus.log")).expect("a log file");
         let child = Command::new(tool("prometheus"))
             .arg(format!("--config.file={}", config.display()))
@@ -343,9 +343,12 @@ impl Drop for Prometheus {
     }
 }
 
-/// A port nobody listens on now (for a server that binds it itself).
-fn free_port() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
+/// A port nobody listens on now on `ip` (for a server that binds it
+/// itself). Each test that frees a port uses an address of its own in
+/// 127.0.0.0/8 (all of it is this host's), so that no neighbour test's bind
+/// of port 0 takes the port meanwhile.
+fn free_port(ip: &str) -> SocketAddr {
+    let listener = TcpListener::bind((ip, 0)).expect("a free port");
     listener.local_addr().expect("its address")
 }
 
@@ -385,9 +388,7 @@ fn a_real_prometheus_sees_the_restart_counter_increase() {
 
 #[test]
 fn an_edit_moves_stops_and_restarts_the_endpoint_and_counters_survive_it() {
-    // Addresses of their own (the whole of 127.0.0.0/8 is this host's), so
-    // that a port this test frees is not taken meanwhile by a neighbour
-    // test's server binding port 0 or Prometheus' free port.
+    // Addresses of its own (see `free_port`).
     let mut s = Supervised::start(&ecosystem("127.0.0.2:0"));
     let first = metrics_address(&mut s);
     let worker = s.wait_for("web.0 spawned", |e| {
@@ -442,7 +443,7 @@ fn an_edit_moves_stops_and_restarts_the_endpoint_and_counters_survive_it() {
 
 #[test]
 fn a_port_in_use_is_an_error_event_and_the_supervisor_runs_on() {
-    let taken = TcpListener::bind("127.0.0.1:0").expect("a port to take");
+    let taken = TcpListener::bind("127.0.0.5:0").expect("a port to take");
     let address = taken.local_addr().expect("its address");
     let mut s = Supervised::start(&ecosystem(&address.to_string()));
     let failed = s.wait_for("metrics_bind_failed", |e| {
