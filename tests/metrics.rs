@@ -599,3 +599,45 @@ fn two_hundred_scrapes_at_once_all_get_metrics() {
     let status = status_json(&s);
     assert_eq!(app_status(&status, "web")["running"], 2, "{status}");
 }
+
+#[test]
+fn a_rolling_replacement_keeps_each_slots_counters() {
+    let with_env = |value: &str| {
+        ecosystem("127.0.0.1:0").replace(
+            "    ready: none\n",
+            &format!("    ready: none\n    env: {{VERSION: \"{value}\"}}\n"),
+        )
+    };
+    let mut s = Supervised::start(&with_env("1"));
+    let address = metrics_address(&mut s);
+    let worker = s.wait_for("web.0 spawned", |e| {
+        e["event"] == "spawned" && e["slot"] == 0
+    });
+    kill(pid_of(&worker));
+    let restarts = "supervise_instance_restarts_total{app=\"web\",slot=\"0\"}";
+    let cpu = "supervise_instance_cpu_seconds_total{app=\"web\",slot=\"0\"}";
+    let before = wait_value(address, restarts, 1.0);
+
+    // A new definition: every slot's process is replaced (generation 2).
+    save(&s, &with_env("2"));
+    s.wait_count("stopped", "web", 2);
+    let stopped = "supervise_instance_exits_total{app=\"web\",slot=\"0\",reason=\"stopped\"}";
+    let after = wait_value(address, stopped, 1.0);
+    assert_eq!(value(&after, restarts), Some(1.0), "{after}");
+    assert!(
+        value(&after, cpu) >= value(&before, cpu),
+        "CPU time went down:\n{before}\n{after}"
+    );
+    assert_eq!(
+        value(
+            &after,
+            "supervise_instance_exits_total{app=\"web\",slot=\"1\",reason=\"stopped\"}"
+        ),
+        Some(1.0),
+        "{after}"
+    );
+    assert_eq!(
+        value(&after, "supervise_instance_up{app=\"web\",slot=\"0\"}"),
+        Some(1.0)
+    );
+}
