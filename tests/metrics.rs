@@ -616,6 +616,9 @@ fn a_rolling_replacement_keeps_each_slots_counters() {
     kill(pid_of(&worker));
     let restarts = "supervise_instance_restarts_total{app=\"web\",slot=\"0\"}";
     let cpu = "supervise_instance_cpu_seconds_total{app=\"web\",slot=\"0\"}";
+    s.wait_for("web.0 spawned again", |e| {
+        e["event"] == "spawned" && e["slot"] == 0 && pid_of(e) != pid_of(&worker)
+    });
     let before = wait_value(address, restarts, 1.0);
 
     // A new definition: every slot's process is replaced (generation 2).
