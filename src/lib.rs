@@ -37,8 +37,10 @@
 //! output is pumped through bounded queues, an undertaker kills every group
 //! if the supervisor dies. [`supervisor::run`] owns the event sources: one
 //! SIGCHLD stream, SIGINT/SIGTERM/SIGHUP, the config loader, exec-status
-//! reports, probes, the notify socket, the control socket ([`control`]), and
-//! the timer the core asks for.
+//! reports, probes, the notify socket, the control socket ([`control`]),
+//! the `/metrics` endpoint ([`effects::metrics`], which renders a snapshot
+//! of the loop's state off its thread: [`metrics`]), and the timer the core
+//! asks for.
 //!
 //! **The life of an event.** A worker crashes: the kernel sends SIGCHLD; the
 //! loop wakes and calls `handle(ChildExited)`; the shell reaps every exited
@@ -63,6 +65,7 @@ pub mod control;
 pub mod core;
 pub mod effects;
 pub mod host;
+pub mod metrics;
 pub mod plan;
 pub mod scale;
 pub mod simulation;

@@ -220,6 +220,7 @@ mod tests {
             source: "/srv/ecosystem.yaml".into(),
             apps,
             memory_check: crate::spec::defaults::MEMORY_CHECK,
+            metrics: None,
         }
     }
 

@@ -28,6 +28,8 @@ pub struct Desired {
     pub apps: Vec<AppSpec>,
     /// How often the memory of instances with `max_memory` is measured.
     pub memory_check: Duration,
+    /// Where `/metrics` is served (Prometheus), if anywhere.
+    pub metrics: Option<SocketAddr>,
 }
 
 impl Desired {

@@ -276,11 +276,13 @@ fn ecosystem() -> impl Strategy<Value = EcosystemFile> {
         proptest::option::of(app()),
         prop::collection::vec((text(), app()), 0..4),
         proptest::option::of(duration()),
+        proptest::option::of(text()),
     )
-        .prop_map(|(defaults, apps, memory_check)| EcosystemFile {
+        .prop_map(|(defaults, apps, memory_check, metrics)| EcosystemFile {
             defaults,
             apps: apps.into_iter().collect(),
             memory_check,
+            metrics,
         })
 }
 

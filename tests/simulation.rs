@@ -1225,6 +1225,7 @@ fn a_large_start_goes_in_turns_and_a_shutdown_between_them_starts_nothing_more()
         source: "/sim/ecosystem.yaml".into(),
         apps: vec![app("big", 500, Readiness::Immediate)],
         memory_check: supervise::spec::defaults::MEMORY_CHECK,
+        metrics: None,
     };
     let fake = FakeEffects::new(Instant::now());
     let mut supervisor = Supervisor::new(&desired, "ecosystem.yaml", 1000, fake);

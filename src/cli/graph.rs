@@ -134,6 +134,7 @@ mod tests {
             source: "/srv/ecosystem.yaml".into(),
             apps: vec![db, migrate, web, sweep],
             memory_check: crate::spec::defaults::MEMORY_CHECK,
+            metrics: None,
         }
     }
 

@@ -361,7 +361,8 @@ pub fn check_diff(file: Option<&Path>, against: &Path) -> ExitCode {
     ExitCode::from(exit::OK)
 }
 
-/// The success summary: apps, instances each, sockets, and what `max` became.
+/// The success summary: apps, instances each, sockets, what `max` became,
+/// and where `/metrics` is served.
 pub fn summary(shown: &str, desired: &Desired, diagnostics: &[diagnostic::Diagnostic]) -> String {
     let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
     let instances: u32 = desired.apps.iter().map(|a| a.instances).sum();
@@ -408,6 +409,9 @@ pub fn summary(shown: &str, desired: &Desired, diagnostics: &[diagnostic::Diagno
         }
         text.push_str(line.trim_end());
         text.push('\n');
+    }
+    if let Some(address) = desired.metrics {
+        text.push_str(&format!("  /metrics on {address}\n"));
     }
     text
 }

@@ -40,6 +40,11 @@ pub struct EcosystemFile {
     /// How often the memory of instances with `max_memory` is measured. Default 5s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_check: Option<DurationText>,
+    /// Serve Prometheus metrics on `GET /metrics` at this TCP address
+    /// (`127.0.0.1:9464`, `[::1]:9464`, `:9464` for every IPv4 interface).
+    /// Default: off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<String>,
 }
 
 /// Every key an app (or `defaults`) may set. All are optional here; `command` is

@@ -36,6 +36,7 @@ impl Harness {
             source: "/srv/ecosystem.yaml".into(),
             apps,
             memory_check: crate::spec::defaults::MEMORY_CHECK,
+            metrics: None,
         };
         let mut harness = Harness {
             core: Core::new(&desired, 1000, now),

@@ -12,6 +12,7 @@ fn core_with(apps: Vec<AppSpec>, now: Instant) -> Core {
         source: "/srv/ecosystem.yaml".into(),
         apps,
         memory_check: crate::spec::defaults::MEMORY_CHECK,
+        metrics: None,
     };
     Core::new(&desired, 1000, now)
 }

@@ -15,6 +15,7 @@ pub mod fake;
 pub mod groups;
 pub mod logfile;
 pub mod logging;
+pub mod metrics;
 pub mod notify;
 pub mod output;
 pub mod probe;

@@ -128,7 +128,39 @@ impl World {
                 ));
             }
         }
+        if let Some(violation) = self.metrics_violation() {
+            return fail(violation);
+        }
         self.check_rollouts()
+    }
+
+    /// `/metrics` counts restarts from the events the core reports: it must
+    /// have seen at least the restarts each worker carries (a restart the
+    /// core decided without saying so would be missing from
+    /// `supervise_instance_restarts_total`, and a count that went down would
+    /// break `rate()`).
+    fn metrics_violation(&self) -> Option<String> {
+        let snapshot = self.supervisor.metrics_snapshot();
+        let counted: HashMap<(&str, u32), u64> = snapshot
+            .instances
+            .iter()
+            .map(|i| ((i.app.as_str(), i.slot), i.counts.restarts))
+            .collect();
+        for app in self.supervisor.core().apps().filter(|a| !a.removed) {
+            for worker in app.workers.values() {
+                let seen = counted
+                    .get(&(app.spec.name.as_str(), worker.slot))
+                    .copied()
+                    .unwrap_or(0);
+                if seen < u64::from(worker.restarts) {
+                    return Some(format!(
+                        "{}.{}: /metrics counts {seen} restarts, its worker {} carries {}",
+                        app.spec.name, worker.slot, worker.id, worker.restarts
+                    ));
+                }
+            }
+        }
+        None
     }
 
     /// Look at what the supervisor just did, after each event it handled:

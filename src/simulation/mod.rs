@@ -157,6 +157,7 @@ impl World {
             source: "/sim/ecosystem.yaml".into(),
             apps: apps.clone(),
             memory_check: crate::spec::defaults::MEMORY_CHECK,
+            metrics: None,
         };
         let written = dependencies::refusal(&apps);
         let mut supervisor = Supervisor::new(&desired, "ecosystem.yaml", UID, fake);
@@ -410,6 +411,7 @@ impl World {
             source: self.desired.source.clone(),
             apps,
             memory_check: self.desired.memory_check,
+            metrics: self.desired.metrics,
         };
         self.handle(Event::Config(Loaded {
             trigger: "the file changed".into(),

@@ -56,6 +56,7 @@ impl<E: Effects> Supervisor<E> {
                     rendered.trim_end()
                 );
                 self.config_error = Some(rendered);
+                self.tally.rejected_edits += 1;
             }
             Load::Unreadable { message } => {
                 error!(
@@ -64,6 +65,7 @@ impl<E: Effects> Supervisor<E> {
                     "{trigger}: {message}; still running the last good version"
                 );
                 self.config_error = Some(message);
+                self.tally.rejected_edits += 1;
             }
             // The same content in another file: only the claim on the
             // runtime directory changes (the loop has seen to it).

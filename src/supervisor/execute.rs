@@ -53,7 +53,10 @@ impl<E: Effects> Supervisor<E> {
                 Action::SweepSockets => sweep = true,
                 Action::Systemd(state) => self.effects.notify_systemd(state),
                 Action::ForgetOutput { app, slot } => self.effects.forget_output(&app, slot),
-                Action::Report(event) => report::event(&event, &self.shown),
+                Action::Report(event) => {
+                    self.tally.count(&event);
+                    report::event(&event, &self.shown);
+                }
             }
         }
         if sweep {

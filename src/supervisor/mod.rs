@@ -13,13 +13,14 @@
 //! One concern per file: [`execute`] (actions → effects), [`exits`]
 //! (reaping and draining groups), [`readiness`] (exec status, probes, notify),
 //! [`config`] (a new version of the file, its sockets), [`control`] (commands),
-//! [`status`], [`shutdown`], [`report`] (events → log), [`run`] (the real
-//! event sources).
+//! [`status`], [`metrics`] (the `/metrics` snapshot), [`shutdown`],
+//! [`report`] (events → log), [`run`] (the real event sources).
 
 mod config;
 mod control;
 mod execute;
 mod exits;
+mod metrics;
 mod readiness;
 pub mod report;
 pub mod run;
@@ -99,6 +100,8 @@ pub struct Supervisor<E: Effects> {
     /// When to look at draining groups again (while some drain). A fixed
     /// moment, so that frequent events cannot keep pushing it back.
     poll_at: Option<Instant>,
+    /// Restarts, exits and versions of the file, counted for `/metrics`.
+    tally: crate::metrics::Tally,
 }
 
 impl<E: Effects> Supervisor<E> {
@@ -114,6 +117,7 @@ impl<E: Effects> Supervisor<E> {
             config_error: None,
             applied_at: SystemTime::now(),
             poll_at: None,
+            tally: Default::default(),
         }
     }
 
@@ -121,6 +125,7 @@ impl<E: Effects> Supervisor<E> {
     pub fn start(&mut self) {
         report::first_applied(&self.shown, self.core.desired());
         self.effects.route_output(self.core.desired());
+        self.tally.applies += 1;
         let now = self.clock();
         self.settle(now);
     }

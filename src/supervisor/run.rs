@@ -20,6 +20,7 @@ use tracing::{error, info};
 use super::{Event, Supervisor};
 use crate::control::{Command, error_reply};
 use crate::effects::control::{self as control_socket, CONTROL_QUEUE, LogHub};
+use crate::effects::metrics::{self as metrics_endpoint, Endpoint};
 use crate::effects::notify::NotifySocket;
 use crate::effects::runtime::{Claim, FileIdentity};
 use crate::effects::signals;
@@ -131,6 +132,9 @@ pub async fn run(launch: Launch) -> std::io::Result<()> {
     // SAFETY: geteuid has no preconditions.
     let own_uid = unsafe { libc::geteuid() };
     let mut supervisor = Supervisor::new(&desired, &shown, own_uid, system);
+    let (snapshot_sender, mut snapshot_requests) = mpsc::channel(metrics_endpoint::SNAPSHOT_QUEUE);
+    let mut metrics = Endpoint::new(snapshot_sender);
+    metrics.follow(desired.metrics);
     supervisor.start();
     // Children that exited before the SIGCHLD stream existed.
     supervisor.handle(Event::ChildExited);
@@ -148,6 +152,15 @@ pub async fn run(launch: Launch) -> std::io::Result<()> {
                     claim.follow(identity);
                 }
                 supervisor.handle(Event::Config(loaded));
+                metrics.follow(supervisor.core().desired().metrics);
+            }
+            scrape = metrics.accept() => scrape.serve(),
+            Some(reply) = snapshot_requests.recv() => {
+                // The state now, from the core; /proc is read by the
+                // endpoint, off this thread.
+                let mut snapshot = supervisor.metrics_snapshot();
+                snapshot.cgroups = supervisor.effects().cgroups();
+                let _ = reply.send(snapshot);
             }
             Some((pid, status)) = exec_reports.recv() => {
                 let mut batch = vec![Event::ExecStatus { pid, status }];

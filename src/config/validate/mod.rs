@@ -12,12 +12,14 @@
 //! (instances, restarts, backoff, signals, rollout limits), [`health`]
 //! (health checks, memory limits, the watchdog), [`schedule`] (apps that run
 //! at times), [`depends`] (apps that wait for others, judged across apps once
-//! every app is resolved), [`log`] (the files output is written to).
+//! every app is resolved), [`log`] (the files output is written to),
+//! [`metrics`] (the top-level `metrics` address).
 
 mod depends;
 mod health;
 mod listen;
 mod log;
+mod metrics;
 mod policy;
 mod process;
 mod ready;
@@ -102,6 +104,7 @@ pub fn resolve(
         resolved.push((name.as_str(), spec));
     }
     listen::check_listen_clashes(file, &listeners, reporter);
+    let metrics = metrics::resolve(file, &listeners, reporter);
     schedule::check_defaults(file, reporter);
     depends::check(file, &resolved, broken, reporter);
     let source_in_folder = source
@@ -125,6 +128,7 @@ pub fn resolve(
         source: source.to_path_buf(),
         apps: resolved.into_iter().filter_map(|(_, spec)| spec).collect(),
         memory_check: memory_check?,
+        metrics: metrics?,
     })
 }
 

@@ -108,6 +108,7 @@ fn a_failed_one_shot_holds_its_dependents_until_it_is_fixed_in_the_file() {
         source: "/srv/ecosystem.yaml".into(),
         apps: fixed,
         memory_check: crate::spec::defaults::MEMORY_CHECK,
+        metrics: None,
     };
     let now = h.now;
     h.core.input(
@@ -251,6 +252,7 @@ fn a_cycle_that_slipped_through_still_shuts_down() {
         source: "/srv/ecosystem.yaml".into(),
         apps: vec![a, b],
         memory_check: crate::spec::defaults::MEMORY_CHECK,
+        metrics: None,
     };
     let now = h.now;
     let trigger = "test".to_string();
@@ -309,6 +311,7 @@ fn a_halted_one_shot_whose_kept_run_fails_holds_its_dependents() {
         source: "/srv/ecosystem.yaml".into(),
         apps: vec![edited, api],
         memory_check: crate::spec::defaults::MEMORY_CHECK,
+        metrics: None,
     };
     let now = h.now;
     h.core.input(

@@ -54,6 +54,7 @@ fn desired(spec: AppSpec) -> Desired {
         source: "/srv/ecosystem.yaml".into(),
         apps: vec![spec],
         memory_check: Duration::from_secs(5),
+        metrics: None,
     }
 }
 

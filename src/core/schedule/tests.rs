@@ -130,6 +130,7 @@ fn daily_at_three() -> (Harness, std::time::SystemTime) {
         source: "/srv/ecosystem.yaml".into(),
         apps: vec![scheduled(when, Overlap::Skip, false)],
         memory_check: crate::spec::defaults::MEMORY_CHECK,
+        metrics: None,
     };
     let trigger = "test".to_string();
     let apply = crate::core::Input::Apply {
