@@ -172,6 +172,10 @@ pub enum Command {
         #[arg(long)]
         follow: bool,
     },
+    /// A live dashboard: every instance with its CPU, memory and restarts,
+    /// sortable and filterable, the selection's logs, and keys to reload,
+    /// restart, stop or start it (each confirmed). Needs a terminal.
+    Top,
     /// Print a shell completion script.
     Completions { shell: clap_complete::Shell },
     /// Print the man page (roff).
