@@ -270,7 +270,7 @@ fn survives_a_tiny_pane_mashed_keys_an_empty_filter_and_a_dead_supervisor() {
     supervisor.signal(libc::SIGKILL);
     supervisor.wait_exit(common::WAIT);
     tmux.wait_for("the supervisor gone", |pane| {
-        pane.contains("supervisor gone, retrying: no supervisor is running")
+        pane.contains("supervisor unreachable, retrying: no supervisor is running")
     });
     // The last rows stay on the screen.
     three_rows(&tmux);
@@ -303,6 +303,34 @@ fn a_command_from_a_key_is_confirmed_and_its_reply_shown() {
     });
     tmux.keys(&["q"]);
     tmux.wait_for("the shell again", |pane| pane.contains("top exited 0"));
+}
+
+#[test]
+fn a_stopped_supervisor_does_not_hold_up_the_keys() {
+    let mut supervisor = Supervised::start(THREE_SLEEPERS);
+    supervisor.wait_count("spawned", "work", 3);
+    let tmux = Tmux::start(160, 50);
+    tmux.start_top(supervisor.dir.path(), "");
+    three_rows(&tmux);
+    supervisor.signal(libc::SIGSTOP);
+    tmux.wait_for("the silence said", |pane| {
+        pane.contains("the supervisor has not answered for")
+    });
+    // Keys are still read and shown while a request waits.
+    tmux.keys(&["/"]);
+    tmux.type_text("wo");
+    tmux.wait_for("the filter typed", |pane| pane.contains("filter: wo_"));
+    let asked = Instant::now();
+    tmux.keys(&["Enter", "q"]);
+    tmux.wait_for("the shell again", |pane| pane.contains("top exited 0"));
+    // Well within the 10 s a request may wait.
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert!(!tmux.alternate_screen());
+    supervisor.signal(libc::SIGCONT);
 }
 
 #[test]

@@ -290,7 +290,7 @@ impl Dashboard {
             }
             Err(failure) => {
                 let gone = if failure.code == exit::NOT_RUNNING {
-                    "supervisor gone"
+                    "supervisor unreachable"
                 } else {
                     "status failed"
                 };
@@ -611,7 +611,7 @@ mod tests {
             message: "no supervisor is running for this file (tried /run/x.sock)".to_string(),
         }));
         assert!(
-            matches!(&dashboard.link, Link::Lost(m) if m.starts_with("supervisor gone, retrying: "))
+            matches!(&dashboard.link, Link::Lost(m) if m.starts_with("supervisor unreachable, retrying: "))
         );
         assert_eq!(dashboard.table.shown().len(), 3);
         dashboard.on_status(Ok(reply(&[])));

@@ -445,7 +445,7 @@ mod tests {
         let screen = render(&dashboard, 120, 6);
         assert!(
             screen[0].starts_with(
-                "supervise top  supervisor gone, retrying: no supervisor is running for this file"
+                "supervise top  supervisor unreachable, retrying: no supervisor is running for this file"
             ),
             "{}",
             screen[0]
