@@ -86,7 +86,7 @@ fn main() -> ExitCode {
             lines,
             follow,
         }) => with_socket(&|s| client::logs(s, target.clone(), *lines, *follow)),
-        Some(Command::Top) => with_socket(&client::top),
+        Some(Command::Top) => client::finish(client::top(file, args.socket.as_deref())),
         Some(Command::Run) | None => cli::run(&args),
     }
 }

@@ -334,6 +334,30 @@ fn a_stopped_supervisor_does_not_hold_up_the_keys() {
 }
 
 #[test]
+fn a_supervisor_started_again_is_found_again() {
+    let mut supervisor = Supervised::start(THREE_SLEEPERS);
+    supervisor.wait_count("spawned", "work", 3);
+    let tmux = Tmux::start(160, 50);
+    tmux.start_top(supervisor.dir.path(), "");
+    let before = three_rows(&tmux);
+    let old_pid = pid_of(&before, "work.0");
+    supervisor.signal(libc::SIGTERM);
+    supervisor.wait_exit(common::WAIT);
+    tmux.wait_for("the supervisor unreachable", |pane| {
+        pane.contains("supervisor unreachable, retrying")
+    });
+    let mut again = Supervised::start_again(supervisor, &[]);
+    again.wait_count("spawned", "work", 3);
+    tmux.wait_for("the new supervisor's instances", |pane| {
+        !pane.contains("unreachable")
+            && row(pane, "work.0")
+                .is_some_and(|cells| cells.get(1).is_some_and(|pid| *pid != old_pid.to_string()))
+    });
+    tmux.keys(&["q"]);
+    tmux.wait_for("the shell again", |pane| pane.contains("top exited 0"));
+}
+
+#[test]
 fn sigterm_quits_and_gives_the_terminal_back() {
     let mut supervisor = Supervised::start(THREE_SLEEPERS);
     supervisor.wait_count("spawned", "work", 3);

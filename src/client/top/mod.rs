@@ -20,7 +20,8 @@
 //! With no supervisor at the start, `top` exits 3 as every client does.
 //! When it goes away later, `top` stays: the header says it is gone, the
 //! last rows stay on screen, and it keeps asking, so a restarted supervisor
-//! is picked up again; `q` quits (exit 0).
+//! is picked up again (the socket is looked up anew for each request: its
+//! name may change with a new supervisor); `q` quits (exit 0).
 
 mod background;
 mod dashboard;
@@ -32,7 +33,7 @@ mod view;
 
 use std::collections::VecDeque;
 use std::io::IsTerminal;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crossterm::event::{self, Event};
@@ -41,7 +42,7 @@ use ratatui::widgets::TableState;
 
 use self::background::Background;
 use self::dashboard::{Dashboard, Effect, LOG_LINE_CHARS_MAX, LOG_LINES_MAX, LogRequest};
-use super::{Connection, Failure, REPLY_TIMEOUT, ask, ask_status, fail};
+use super::{Connection, Failure, REPLY_TIMEOUT, ask, ask_status, fail, socket_path};
 use crate::cli::exit;
 use crate::control::{Command, StatusReply};
 
@@ -56,8 +57,23 @@ pub const LOG_FETCH_LIMIT: Duration = REPLY_TIMEOUT;
 /// After this long without an answer to `status`, the header says so.
 const SILENCE_SHOWN_AFTER: Duration = Duration::from_secs(1);
 
-/// `supervise top`.
-pub fn top(socket: &Path) -> Result<(), Failure> {
+/// Where the supervisor's socket is, looked up again for every request: a
+/// supervisor restarted while `top` runs may bind its socket under another
+/// name (the file's aliases point to it), and `top` must find it there.
+#[derive(Clone)]
+struct Locator {
+    file: Option<PathBuf>,
+    socket: Option<PathBuf>,
+}
+
+impl Locator {
+    fn find(&self) -> Result<PathBuf, Failure> {
+        socket_path(self.file.as_deref(), self.socket.as_deref())
+    }
+}
+
+/// `supervise top`, for the supervisor of `file` (or at `socket`).
+pub fn top(file: Option<&Path>, socket: Option<&Path>) -> Result<(), Failure> {
     if !std::io::stdout().is_terminal() {
         return Err(fail(
             exit::USAGE,
@@ -65,13 +81,17 @@ pub fn top(socket: &Path) -> Result<(), Failure> {
              not one; in a script or a pipe use `supervise status` (or `status --json`)",
         ));
     }
+    let locator = Locator {
+        file: file.map(Path::to_path_buf),
+        socket: socket.map(Path::to_path_buf),
+    };
     // As every client: no supervisor, exit 3, before the screen is taken.
-    let first = ask_status(socket)?;
+    let first = ask_status(&locator.find()?)?;
     let mut dashboard = Dashboard::default();
     dashboard.on_status(Ok(first));
     let mut screen = terminal::Screen::take()
         .map_err(|e| fail(exit::USAGE, format!("cannot set up the terminal: {e}")))?;
-    let result = run(&mut screen, socket, dashboard);
+    let result = run(&mut screen, &locator, dashboard);
     // The terminal back before the error is printed.
     drop(screen);
     result
@@ -86,24 +106,25 @@ struct Order {
 /// The loop: replies in, requests out when due, keys, a frame when needed.
 fn run(
     screen: &mut terminal::Screen,
-    socket: &Path,
+    locator: &Locator,
     mut dashboard: Dashboard,
 ) -> Result<(), Failure> {
     let thread_failed =
         |e: std::io::Error| fail(exit::USAGE, format!("cannot start a thread: {e}"));
     let terminal_failed = |e: std::io::Error| fail(exit::USAGE, format!("the terminal: {e}"));
-    let at = socket.to_path_buf();
+    let at = locator.clone();
     let mut status: Background<(), Result<StatusReply, Failure>> =
-        Background::spawn("top-status", move |()| ask_status(&at)).map_err(thread_failed)?;
-    let at = socket.to_path_buf();
+        Background::spawn("top-status", move |()| ask_status(&at.find()?))
+            .map_err(thread_failed)?;
+    let at = locator.clone();
     let mut logs = Background::spawn("top-logs", move |request: LogRequest| {
-        let lines = log_tail(&at, &request);
+        let lines = at.find().and_then(|socket| log_tail(&socket, &request));
         (request.target, lines)
     })
     .map_err(thread_failed)?;
-    let at = socket.to_path_buf();
+    let at = locator.clone();
     let mut orders = Background::spawn("top-orders", move |order: Order| {
-        let reply = ask(&at, order.command);
+        let reply = at.find().and_then(|socket| ask(&socket, order.command));
         (order.description, reply)
     })
     .map_err(thread_failed)?;
