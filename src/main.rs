@@ -95,6 +95,7 @@ fn main() -> ExitCode {
             };
             client::logs(s, request)
         }),
+        Some(Command::Top) => client::finish(client::top(file, args.socket.as_deref())),
         Some(Command::Run) | None => cli::run(&args),
     }
 }

@@ -176,6 +176,10 @@ pub enum Command {
         #[arg(long, value_name = "WHEN", value_parser = parse_since)]
         since: Option<std::time::SystemTime>,
     },
+    /// A live dashboard: every instance with its CPU, memory and restarts,
+    /// sortable and filterable, the selection's logs, and keys to reload,
+    /// restart, stop or start it (each confirmed). Needs a terminal.
+    Top,
     /// Print a shell completion script.
     Completions { shell: clap_complete::Shell },
     /// Print the man page (roff).

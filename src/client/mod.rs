@@ -1,5 +1,6 @@
 //! The everyday commands, as clients of a running supervisor's control socket:
-//! `status`, `reload`, `restart`, `stop`, `start`, `scale`, `logs`.
+//! `status`, `reload`, `restart`, `stop`, `start`, `scale`, `logs`, and the
+//! live dashboard over them, `top`.
 //!
 //! The socket is found from the ecosystem file (the same default as `check`)
 //! or `--socket`. With no supervisor there, a command says so, names the
@@ -29,8 +30,10 @@ use crate::effects::control::MAX_CONNECTIONS;
 use crate::effects::runtime;
 
 mod status;
+mod top;
 
 pub use status::{ask_status, status};
+pub use top::top;
 
 /// How long a command waits for the supervisor to take its connection and
 /// request and send the first reply line; then, for each next line (but see

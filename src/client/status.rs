@@ -7,7 +7,7 @@ use super::{Failure, ask, fail, print};
 use crate::cli::exit;
 use crate::control::{AppStatus, Command, StatusReply};
 
-fn duration(seconds: f64) -> String {
+pub(super) fn duration(seconds: f64) -> String {
     let s = seconds as u64;
     match s {
         0..=9 => format!("{seconds:.1}s"),
@@ -46,14 +46,14 @@ fn memory_column(worker: &crate::control::WorkerStatus) -> String {
     }
 }
 
-fn megabytes(bytes: u64) -> String {
+pub(super) fn megabytes(bytes: u64) -> String {
     format!("{:.1} MB", bytes as f64 / 1e6)
 }
 
 /// A CPU share for the table. The sum over no process at all is -0.0 in
 /// IEEE arithmetic (and Rust's `Sum` for floats starts there), which would
 /// print as `-0.0%`; nothing here is below zero, so it prints `0.0%`.
-fn percent(cpu: f64) -> String {
+pub(super) fn percent(cpu: f64) -> String {
     let cpu = if cpu > 0.0 { cpu } else { 0.0 };
     format!("{cpu:.1}%")
 }
