@@ -357,13 +357,8 @@ fn a_supervisor_started_again_is_found_again() {
     tmux.wait_for("the shell again", |pane| pane.contains("top exited 0"));
 }
 
-#[test]
-fn sigterm_quits_and_gives_the_terminal_back() {
-    let mut supervisor = Supervised::start(THREE_SLEEPERS);
-    supervisor.wait_count("spawned", "work", 3);
-    let tmux = Tmux::start(160, 50);
-    tmux.start_top(supervisor.dir.path(), "");
-    three_rows(&tmux);
+/// The pid of the `top` running under the pane's shell.
+fn top_pid(tmux: &Tmux) -> i32 {
     let shell: i32 = String::from_utf8_lossy(
         &tmux
             .run(&["display", "-p", "-t", "top", "#{pane_pid}"])
@@ -372,10 +367,38 @@ fn sigterm_quits_and_gives_the_terminal_back() {
     .trim()
     .parse()
     .expect("the shell's pid");
-    let top = common::children_of(shell)
+    common::children_of(shell)
         .into_iter()
         .find(|pid| common::has_argument(*pid, b"top"))
-        .expect("top runs under the shell");
+        .expect("top runs under the shell")
+}
+
+/// Found by a hostile round: a terminal that goes away (here the tmux
+/// server) made crossterm's wait for a key a busy loop, and `top` spun on
+/// at a quarter of a core, an orphan, for ever.
+#[test]
+fn a_terminal_that_goes_away_ends_top() {
+    let mut supervisor = Supervised::start(THREE_SLEEPERS);
+    supervisor.wait_count("spawned", "work", 3);
+    let tmux = Tmux::start(160, 50);
+    tmux.start_top(supervisor.dir.path(), "");
+    three_rows(&tmux);
+    let top = top_pid(&tmux);
+    let _ = tmux.run(&["kill-server"]);
+    assert!(
+        common::eventually(Duration::from_secs(5), || common::is_gone(top)),
+        "top (pid {top}) outlived its terminal"
+    );
+}
+
+#[test]
+fn sigterm_quits_and_gives_the_terminal_back() {
+    let mut supervisor = Supervised::start(THREE_SLEEPERS);
+    supervisor.wait_count("spawned", "work", 3);
+    let tmux = Tmux::start(160, 50);
+    tmux.start_top(supervisor.dir.path(), "");
+    three_rows(&tmux);
+    let top = top_pid(&tmux);
     // SAFETY: signalling the `top` this test started, by its pid.
     unsafe {
         libc::kill(top, libc::SIGTERM);

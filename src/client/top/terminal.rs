@@ -12,6 +12,13 @@
 //! but `kill` still sends) would end the process with the terminal still
 //! raw: they only set a flag, which the loop reads at least once a frame,
 //! and `top` then quits the ordinary way.
+//!
+//! A terminal that goes away (the tmux server or the SSH connection gone)
+//! is another matter: its reads return end-of-file at once, and crossterm's
+//! wait for a key turns into a busy loop that never returns to ours (found
+//! orphaned `top`s spinning at 25 % of a core each). A thread watches
+//! standard input for that hang-up and ends the process there and then:
+//! there is no terminal left to restore.
 
 use std::io::{self, Stdout, Write};
 use std::sync::Once;
@@ -54,6 +61,37 @@ fn catch_quit_signals() -> io::Result<()> {
     Ok(())
 }
 
+/// How often the hang-up watcher looks at standard input.
+const HANGUP_CHECK: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// End the process once standard input (the terminal) hangs up.
+fn watch_for_hangup() -> io::Result<()> {
+    std::thread::Builder::new()
+        .name("top-hangup".into())
+        .spawn(|| {
+            loop {
+                // No events asked for: poll still reports POLLHUP, POLLERR
+                // and POLLNVAL, and consumes nothing a key press brings.
+                let mut stdin = libc::pollfd {
+                    fd: libc::STDIN_FILENO,
+                    events: 0,
+                    revents: 0,
+                };
+                let timeout = HANGUP_CHECK.as_millis() as libc::c_int;
+                // SAFETY: one valid pollfd.
+                let ready = unsafe { libc::poll(&mut stdin, 1, timeout) };
+                if ready > 0
+                    && stdin.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0
+                {
+                    // SAFETY: _exit ends the process at once; the terminal
+                    // it would restore is gone.
+                    unsafe { libc::_exit(0) };
+                }
+            }
+        })
+        .map(drop)
+}
+
 /// The terminal, taken over; given back when dropped.
 pub struct Screen {
     pub terminal: Terminal<CrosstermBackend<Stdout>>,
@@ -76,6 +114,7 @@ impl Screen {
             }));
         });
         catch_quit_signals()?;
+        watch_for_hangup()?;
         TAKEN.store(true, Ordering::SeqCst);
         // Made now, so that a failure below gives the terminal back.
         let mut stdout = io::stdout();
