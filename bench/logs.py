@@ -58,7 +58,7 @@ def run(binary, lines, max_size, logged, timeout):
             f"import sys\npad = 'x' * {LINE - 10}\nw = sys.stdout.write\n"
             f"for i in range({lines}): w(f'{{i:08d}} {{pad}}\\n')\nsys.stdout.flush()"
         )
-        log = f"    log: {{file: logs/{{app}}.log, max_size: {max_size}, keep: 1000}}\n" if logged else ""
+        log = f"    log: {{file: \"logs/{{app}}.log\", max_size: {max_size}, keep: 1000}}\n" if logged else ""
         with open(os.path.join(work, "ecosystem.yaml"), "w") as f:
             f.write(
                 "apps:\n  flood:\n"
@@ -129,6 +129,7 @@ def main():
     parser.add_argument("--timeout", type=float, default=60)
     parser.add_argument("--binary", default="target/release/supervise")
     args = parser.parse_args()
+    args.binary = os.path.abspath(args.binary)
     rates = {False: [], True: []}
     accounted = []
     for round_ in range(args.rounds):
