@@ -81,6 +81,20 @@ fn dropped(s: &Supervised, app: &str) -> u64 {
         .sum()
 }
 
+/// Lines keep coming and keep failing for a while: still one
+/// `log_file_error`, and the worker (`pid`) runs on.
+fn said_once_and_the_worker_runs_on(s: &mut Supervised, pid: i32) {
+    let more = s.next_within(Duration::from_millis(2500), |e| {
+        e["event"] == "log_file_error"
+    });
+    assert!(more.is_none(), "said once: {more:?}");
+    assert_eq!(
+        process_state(pid).map(|c| c != 'Z'),
+        Some(true),
+        "the worker runs on"
+    );
+}
+
 /// The folder the tests' log files go to.
 fn make_logs(dir: &Path) {
     std::fs::create_dir(dir.join("logs")).unwrap();
@@ -260,16 +274,7 @@ fn a_missing_folder_is_said_once_and_the_worker_runs_on_until_it_is_made() {
         .unwrap()
         .to_string();
     assert!(log_error.contains("missing/ticker.log"), "{log_error}");
-    // Lines keep coming and keep failing for a while: still one event.
-    let more = s.next_within(Duration::from_millis(2500), |e| {
-        e["event"] == "log_file_error"
-    });
-    assert!(more.is_none(), "said once: {more:?}");
-    assert_eq!(
-        process_state(pid).map(|c| c != 'Z'),
-        Some(true),
-        "the worker runs on"
-    );
+    said_once_and_the_worker_runs_on(&mut s, pid);
     let dropped_so_far = s.wait_for("a drop count", |e| e["event"] == "log_dropped");
     assert_eq!(dropped_so_far["app"], "ticker");
 
@@ -317,15 +322,7 @@ fn a_read_only_log_folder_is_said_once_and_the_worker_runs_on() {
         "{error}"
     );
     let pid = s.wait_event("spawned", "ticker")["pid"].as_i64().unwrap() as i32;
-    let more = s.next_within(Duration::from_millis(2500), |e| {
-        e["event"] == "log_file_error"
-    });
-    assert!(more.is_none(), "said once: {more:?}");
-    assert_eq!(
-        process_state(pid).map(|c| c != 'Z'),
-        Some(true),
-        "the worker runs on"
-    );
+    said_once_and_the_worker_runs_on(&mut s, pid);
     let output = run_client(&s, &["logs", "ticker", "-n", "3"]);
     assert!(
         String::from_utf8_lossy(&output.stdout).contains("ticker.0 | tick"),

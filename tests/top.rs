@@ -373,17 +373,24 @@ fn top_pid(tmux: &Tmux) -> i32 {
         .expect("top runs under the shell")
 }
 
-/// Found by a hostile round: a terminal that goes away (here the tmux
-/// server) made crossterm's wait for a key a busy loop, and `top` spun on
-/// at a quarter of a core, an orphan, for ever.
-#[test]
-fn a_terminal_that_goes_away_ends_top() {
+/// A supervisor of three sleepers, `top` on it in a 160×50 pane showing
+/// them, and `top`'s pid.
+fn top_over_three_sleepers() -> (Supervised, Tmux, i32) {
     let mut supervisor = Supervised::start(THREE_SLEEPERS);
     supervisor.wait_count("spawned", "work", 3);
     let tmux = Tmux::start(160, 50);
     tmux.start_top(supervisor.dir.path(), "");
     three_rows(&tmux);
     let top = top_pid(&tmux);
+    (supervisor, tmux, top)
+}
+
+/// Found by a hostile round: a terminal that goes away (here the tmux
+/// server) made crossterm's wait for a key a busy loop, and `top` spun on
+/// at a quarter of a core, an orphan, for ever.
+#[test]
+fn a_terminal_that_goes_away_ends_top() {
+    let (_supervisor, tmux, top) = top_over_three_sleepers();
     let _ = tmux.run(&["kill-server"]);
     assert!(
         common::eventually(Duration::from_secs(5), || common::is_gone(top)),
@@ -393,12 +400,7 @@ fn a_terminal_that_goes_away_ends_top() {
 
 #[test]
 fn sigterm_quits_and_gives_the_terminal_back() {
-    let mut supervisor = Supervised::start(THREE_SLEEPERS);
-    supervisor.wait_count("spawned", "work", 3);
-    let tmux = Tmux::start(160, 50);
-    tmux.start_top(supervisor.dir.path(), "");
-    three_rows(&tmux);
-    let top = top_pid(&tmux);
+    let (_supervisor, tmux, top) = top_over_three_sleepers();
     // SAFETY: signalling the `top` this test started, by its pid.
     unsafe {
         libc::kill(top, libc::SIGTERM);
