@@ -20,6 +20,7 @@ pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 /// A user account.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Account {
+    pub name: String,
     pub uid: u32,
     pub gid: u32,
     pub home: PathBuf,
@@ -29,6 +30,8 @@ pub struct Account {
 pub trait Accounts: fmt::Debug + Send + Sync {
     /// The account named `name`, if there is one.
     fn user(&self, name: &str) -> Result<Option<Account>, String>;
+    /// The account of uid `uid`, if the machine has an entry for it.
+    fn user_by_id(&self, uid: u32) -> Result<Option<Account>, String>;
     /// The gid of group `name`, if there is one.
     fn group(&self, name: &str) -> Result<Option<u32>, String>;
     /// Every group `user` belongs to, `gid` included (`getgrouplist`).
@@ -42,13 +45,13 @@ pub struct SystemAccounts;
 impl Accounts for SystemAccounts {
     fn user(&self, name: &str) -> Result<Option<Account>, String> {
         nix::unistd::User::from_name(name)
-            .map(|found| {
-                found.map(|user| Account {
-                    uid: user.uid.as_raw(),
-                    gid: user.gid.as_raw(),
-                    home: user.dir,
-                })
-            })
+            .map(|found| found.map(account))
+            .map_err(|errno| errno.to_string())
+    }
+
+    fn user_by_id(&self, uid: u32) -> Result<Option<Account>, String> {
+        nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+            .map(|found| found.map(account))
             .map_err(|errno| errno.to_string())
     }
 
@@ -64,6 +67,15 @@ impl Accounts for SystemAccounts {
         nix::unistd::getgrouplist(&name, nix::unistd::Gid::from_raw(gid))
             .map(|groups| groups.into_iter().map(|g| g.as_raw()).collect())
             .map_err(|errno| errno.to_string())
+    }
+}
+
+fn account(user: nix::unistd::User) -> Account {
+    Account {
+        name: user.name,
+        uid: user.uid.as_raw(),
+        gid: user.gid.as_raw(),
+        home: user.dir,
     }
 }
 

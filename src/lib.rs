@@ -52,6 +52,11 @@
 //! spawner for a process and feeds the pid back; the worker is `Starting`
 //! until its exec status (or probe, or notify datagram) makes it `Ready`.
 //!
+//! **Elsewhere.** [`export`] translates a checked file for the engines that
+//! do the job beyond one machine or instead of us: Kubernetes objects and
+//! systemd units, with a warning (placed like `check`'s) for every key that
+//! does not translate.
+//!
 //! **The proof.** Because the loop is generic over its effects,
 //! [`simulation`] runs the real supervisor over a fake process table on a
 //! simulated clock, through seeded schedules of faults, commands, edits and
@@ -64,10 +69,15 @@ pub mod config;
 pub mod control;
 pub mod core;
 pub mod effects;
+pub mod export;
 pub mod host;
+pub mod import;
 pub mod metrics;
+pub mod monotonic;
 pub mod plan;
+pub mod replace;
 pub mod scale;
 pub mod simulation;
 pub mod spec;
 pub mod supervisor;
+pub mod upgrade;

@@ -5,6 +5,35 @@ use supervise::cli::{self, Cli, Command};
 use supervise::client;
 use supervise::control::Command as Request;
 
+/// How many descriptors are standard: stdin, stdout, stderr.
+const STANDARD_FDS: i32 = 3;
+
+/// Run before Rust's runtime starts, which opens /dev/null *read-write* on a
+/// closed standard descriptor: a write to a closed stdout would then vanish
+/// as a success (`supervise import x >&-` exiting 0 with nothing written).
+#[used]
+#[unsafe(link_section = ".init_array")]
+static HOLD_CLOSED_STANDARD_FDS: extern "C" fn() = hold_closed_standard_fds;
+
+/// Hold each standard descriptor the caller closed with /dev/null opened
+/// read-only: no file or socket opened later takes its number, and a write
+/// to it fails (EBADF), which the command reports (see `cli::output`).
+extern "C" fn hold_closed_standard_fds() {
+    for fd in 0..STANDARD_FDS {
+        // SAFETY: plain calls on descriptor numbers; nothing else runs yet.
+        unsafe {
+            if libc::fcntl(fd, libc::F_GETFD) != -1 {
+                continue;
+            }
+            // The lowest free number: `fd`, the lower ones being open.
+            let held = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY);
+            if held != fd && held != -1 {
+                libc::close(held);
+            }
+        }
+    }
+}
+
 fn main() -> ExitCode {
     // The spawner: our own binary, started by the supervisor (see
     // effects::spawn::Spawner), its socket as fd 3.
@@ -32,7 +61,17 @@ fn main() -> ExitCode {
         supervise::effects::undertaker::serve(pipe, &orders);
         return ExitCode::SUCCESS;
     }
-    let args = Cli::parse_from(cli::follow_flag_after_logs(std::env::args_os()));
+    // A new binary asked by a running supervisor whether it can take over.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == supervise::upgrade::probe::PROBE_ARG)
+    {
+        return supervise::upgrade::probe::answer();
+    }
+    let args = match Cli::try_parse_from(cli::follow_flag_after_logs(std::env::args_os())) {
+        Ok(args) => args,
+        Err(error) => return cli::output::clap_said(error),
+    };
     let file = args.file.as_deref();
     let socket = || client::socket_path(file, args.socket.as_deref());
     let with_socket = |run: &dyn Fn(&std::path::Path) -> Result<(), client::Failure>| {
@@ -45,6 +84,47 @@ fn main() -> ExitCode {
         }) => cli::check_diff(file, against),
         Some(Command::Check { format, graph, .. }) => cli::check(file, *format, *graph),
         Some(Command::Schema) => cli::schema(),
+        Some(Command::Export { target }) => cli::export(file, target),
+        Some(Command::Init { name, command }) => cli::init::run(file, command, name.as_deref()),
+        Some(Command::Install {
+            user,
+            print,
+            name,
+            unit_dir,
+            force,
+        }) => cli::install::install(&cli::install::InstallArgs {
+            file,
+            user: *user,
+            name: name.as_deref(),
+            unit_dir: unit_dir.as_deref(),
+            print: *print,
+            force: *force,
+        }),
+        Some(Command::Uninstall {
+            user,
+            name,
+            unit_dir,
+        }) => cli::install::uninstall(&cli::install::InstallArgs {
+            file,
+            user: *user,
+            name: name.as_deref(),
+            unit_dir: unit_dir.as_deref(),
+            print: false,
+            force: false,
+        }),
+        Some(Command::Import {
+            source,
+            output,
+            from,
+            env,
+            force,
+        }) => cli::import::run(&cli::import::ImportArgs {
+            file: source,
+            output: output.as_deref(),
+            from: *from,
+            env: env.as_deref(),
+            force: *force,
+        }),
         Some(Command::Completions { shell }) => cli::completions(*shell),
         Some(Command::Man) => cli::man(),
         Some(Command::Status { all, json }) => with_socket(&|s| client::status(s, *all, *json)),
@@ -73,6 +153,9 @@ fn main() -> ExitCode {
                 },
             )
         }),
+        Some(Command::Upgrade { binary }) => {
+            with_socket(&|s| client::upgrade(s, binary.as_deref()))
+        }
         Some(Command::Trigger { app }) => {
             with_socket(&|s| client::simple(s, Request::Trigger { app: app.clone() }))
         }

@@ -52,7 +52,9 @@ const PREFIX: &str = "supervise";
 
 /// Why a process of a slot ended: the `reason` label of
 /// `supervise_instance_exits_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum ExitReason {
     /// It exited on its own with code 0.
     ExitZero,
@@ -91,7 +93,7 @@ impl ExitReason {
 }
 
 /// The counters of one slot.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SlotCounts {
     /// Restarts decided (after an exit, a failed start, a failed run) and
     /// replacements of a live instance (unhealthy, over `max_memory`): what
@@ -100,14 +102,40 @@ pub struct SlotCounts {
     pub exits: BTreeMap<ExitReason, u64>,
 }
 
-/// The counters the shell keeps from the core's events, for `/metrics`.
-#[derive(Debug, Clone, Default)]
+/// The counters the shell keeps from the core's events, for `/metrics`
+/// (an upgrade hands them over: counters never go back).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Tally {
     /// Versions of the file applied, the first one included.
     pub applies: u64,
     /// Edits refused (invalid or unreadable); the last good version ran on.
     pub rejected_edits: u64,
+    /// As a list: JSON has no keys but strings.
+    #[serde(with = "slot_list")]
     slots: HashMap<(String, u32), SlotCounts>,
+}
+
+mod slot_list {
+    use std::collections::HashMap;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::SlotCounts;
+
+    pub fn serialize<S: Serializer>(
+        slots: &HashMap<(String, u32), SlotCounts>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        let list: Vec<(&(String, u32), &SlotCounts)> = slots.iter().collect();
+        list.serialize(serializer)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<HashMap<(String, u32), SlotCounts>, D::Error> {
+        let list: Vec<((String, u32), SlotCounts)> = Vec::deserialize(deserializer)?;
+        Ok(list.into_iter().collect())
+    }
 }
 
 impl Tally {
@@ -244,12 +272,37 @@ pub struct Measured {
 
 /// The CPU time each slot's processes were last seen to have used, so a
 /// slot's total keeps what its ended processes had used.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 pub struct CpuLedger {
+    /// As a list: JSON has no keys but strings.
+    #[serde(with = "cpu_list")]
     slots: HashMap<(String, u32), SlotCpu>,
 }
 
-#[derive(Debug, Default)]
+mod cpu_list {
+    use std::collections::HashMap;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::SlotCpu;
+
+    pub fn serialize<S: Serializer>(
+        slots: &HashMap<(String, u32), SlotCpu>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        let list: Vec<(&(String, u32), &SlotCpu)> = slots.iter().collect();
+        list.serialize(serializer)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<HashMap<(String, u32), SlotCpu>, D::Error> {
+        let list: Vec<((String, u32), SlotCpu)> = Vec::deserialize(deserializer)?;
+        Ok(list.into_iter().collect())
+    }
+}
+
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 struct SlotCpu {
     /// What processes that ended had used when last seen.
     banked: f64,

@@ -366,6 +366,7 @@ mod tests {
             name: "api".into(),
             address: ListenAddress::Tcp(address.parse().unwrap()),
             reuseport: false,
+            inject: false,
         };
         let mut before = app("api", 2);
         before.process.listen = vec![listen("0.0.0.0:5000")];

@@ -6,14 +6,82 @@
 //! the app's own mapping is changed; when it comes from `defaults`, a merge key
 //! or an anchor, `instances:` is added under the app instead, so the shared
 //! block (and every other app using it) is left alone.
+//!
+//! Two `scale`s of the same file at once must not both read `instances: 2`
+//! and both write 3: the read, the check and the write hold [`EditLock`].
 
-use std::io::Write;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::io;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use crate::config::diagnostic::Location;
 use crate::config::node::{self, Node, NodeKind};
+use crate::effects::runtime::try_lock;
 use crate::spec::defaults::MAX_INSTANCES;
+
+/// How long `scale` waits for another `scale` of the same file to finish
+/// its edit. An edit is a read, a check and a write — milliseconds, so ten at
+/// once take well under a second; only a stopped or wedged one holds the
+/// lock this long.
+pub const LOCK_WAIT: Duration = Duration::from_secs(10);
+/// How often the lock is tried meanwhile.
+const LOCK_POLL: Duration = Duration::from_millis(10);
+
+/// Why the lock was not had.
+#[derive(Debug)]
+pub enum LockError {
+    /// Another edit held it for all of the wait.
+    Busy,
+    Io(io::Error),
+}
+
+/// The lock of one edit of an ecosystem file: an exclusive `flock` on the
+/// file itself, released when dropped.
+///
+/// The file itself, rather than a lock file in the runtime directory keyed
+/// by what the file is: every name of it — a symlink, a hard link, a bind
+/// mount, even in another mount namespace or for another user, whose runtime
+/// directories differ — reaches the same inode, and nothing is created that
+/// would have to be cleaned up. Only a rename over the file gives its name
+/// a new inode — every edit of a file with a single name is one, and so is
+/// an editor's save — so once the lock is had, the name is checked to still
+/// be the file locked; if it is not, the file it is now is locked instead
+/// (the pattern of the supervisor's own lock in the runtime directory).
+#[derive(Debug)]
+pub struct EditLock {
+    _file: std::fs::File,
+}
+
+/// Take the [`EditLock`] of the file `path` names, waiting at most `wait`
+/// for an edit that holds it.
+pub fn lock(path: &Path, wait: Duration) -> Result<EditLock, LockError> {
+    let deadline = Instant::now() + wait;
+    loop {
+        // O_NONBLOCK: a FIFO in the file's place does not hang the open (the
+        // read that follows refuses it).
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK)
+            .open(path)
+            .map_err(LockError::Io)?;
+        let locked = try_lock(&file).map_err(LockError::Io)?;
+        if locked {
+            let held = file.metadata().map_err(LockError::Io)?;
+            let named = std::fs::metadata(path).map_err(LockError::Io)?;
+            if (held.dev(), held.ino()) == (named.dev(), named.ino()) {
+                return Ok(EditLock { _file: file });
+            }
+            // Renamed over while we waited: lock what the name is now.
+        }
+        if Instant::now() >= deadline {
+            return Err(LockError::Busy);
+        }
+        if !locked {
+            std::thread::sleep(LOCK_POLL);
+        }
+    }
+}
 
 /// Why a count was not taken.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,38 +211,66 @@ pub fn edit_text(text: &str, app: &str, count: u32) -> Result<String, String> {
     ))
 }
 
-/// Write the edit atomically next to the real file (a symlinked file stays a
-/// symlink), keeping its mode and owner.
-pub fn edit_file(path: &Path, text: &str, app: &str, count: u32) -> Result<(), String> {
-    let edited = edit_text(text, app, count)?;
-    let target = std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let metadata = std::fs::metadata(&target).map_err(|e| format!("{}: {e}", target.display()))?;
-    let dir = target.parent().ok_or("the file has no folder")?;
-    let name = target
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("ecosystem.yaml");
-    let temp = dir.join(format!(".{name}.supervise-scale.{}", std::process::id()));
-    let write = || -> std::io::Result<()> {
-        let mut file = std::fs::File::create(&temp)?;
-        file.write_all(edited.as_bytes())?;
-        file.set_permissions(std::fs::Permissions::from_mode(
-            metadata.permissions().mode(),
-        ))?;
-        // Keep the owner when we may (as root); otherwise the file is ours anyway.
-        let _ = std::os::unix::fs::fchown(&file, Some(metadata.uid()), Some(metadata.gid()));
-        file.sync_all()?;
-        std::fs::rename(&temp, &target)
-    };
-    write().map_err(|e| {
-        let _ = std::fs::remove_file(&temp);
-        format!("cannot write {}: {e}", target.display())
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Short waits for the tests (the real one is [`LOCK_WAIT`]).
+    const SHORT: Duration = Duration::from_millis(200);
+
+    #[test]
+    fn an_edit_waits_for_the_lock_then_gives_up_and_any_name_is_the_same_lock() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join("ecosystem.yaml");
+        std::fs::write(&file, "apps: {}\n").expect("write");
+        std::os::unix::fs::symlink(&file, dir.path().join("link.yaml")).expect("symlink");
+        std::fs::hard_link(&file, dir.path().join("hard.yaml")).expect("link");
+        let held = lock(&file, SHORT).expect("free");
+        for name in ["ecosystem.yaml", "link.yaml", "hard.yaml"] {
+            let started = Instant::now();
+            let refused = lock(&dir.path().join(name), SHORT);
+            assert!(
+                matches!(refused, Err(LockError::Busy)),
+                "{name}: {refused:?}"
+            );
+            assert!(
+                started.elapsed() >= SHORT,
+                "{name}: {:?}",
+                started.elapsed()
+            );
+        }
+        drop(held);
+        lock(&dir.path().join("hard.yaml"), SHORT).expect("free again");
+        assert!(matches!(
+            lock(&dir.path().join("gone.yaml"), SHORT),
+            Err(LockError::Io(_))
+        ));
+    }
+
+    #[test]
+    fn a_lock_had_on_a_file_renamed_over_meanwhile_is_taken_on_the_new_one() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join("ecosystem.yaml");
+        std::fs::write(&file, "apps: {}\n").expect("write");
+        let held = lock(&file, SHORT).expect("free");
+        let waiting = std::thread::spawn({
+            let file = file.clone();
+            move || lock(&file, LOCK_WAIT)
+        });
+        // The holder's edit: a new file renamed over, then the lock let go.
+        std::thread::sleep(SHORT);
+        let new = dir.path().join(".new");
+        std::fs::write(&new, "apps: {web: {command: sleep 1}}\n").expect("write");
+        std::fs::rename(&new, &file).expect("rename");
+        drop(held);
+        let taken = waiting.join().expect("joined").expect("taken");
+        let inode = |m: std::fs::Metadata| (m.dev(), m.ino());
+        assert_eq!(
+            inode(taken._file.metadata().expect("fstat")),
+            inode(std::fs::metadata(&file).expect("stat"))
+        );
+        assert!(matches!(lock(&file, SHORT), Err(LockError::Busy)));
+    }
 
     #[test]
     fn counts_absolute_and_relative() {

@@ -16,11 +16,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
+use serde::{Deserialize, Serialize};
 
 pub use crate::config::raw::RestartPolicy;
 
 /// Everything the file asks for.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Desired {
     /// The ecosystem file, absolute.
     pub source: PathBuf,
@@ -39,7 +40,7 @@ impl Desired {
 }
 
 /// One app, resolved.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AppSpec {
     pub name: String,
     /// The fields that need a new process to change.
@@ -52,6 +53,7 @@ pub struct AppSpec {
     pub restart: RestartPolicy,
     pub backoff: BackoffPolicy,
     pub max_restarts: Option<MaxRestarts>,
+    #[serde(with = "serde_as::signal")]
     pub stop_signal: Signal,
     pub kill_timeout: Duration,
     pub reload: ReloadLimits,
@@ -60,6 +62,7 @@ pub struct AppSpec {
     /// Memory (bytes) an instance may use before it is replaced.
     pub max_memory: Option<u64>,
     /// The signal a missed watchdog deadline sends (then `kill_timeout`).
+    #[serde(with = "serde_as::signal")]
     pub watchdog_signal: Signal,
     /// Apps whose state must meet a condition before this one starts a
     /// process (in file order; no cycles, every name an app of the file).
@@ -150,7 +153,7 @@ impl AppSpec {
 
 /// What a listening socket is registered under: its address, and for
 /// `reuseport` the slot.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct SocketKey {
     pub address: ListenAddress,
     pub slot: Option<u32>,
@@ -158,7 +161,7 @@ pub struct SocketKey {
 
 /// What makes a process what it is. Two equal definitions produce identical
 /// processes; a changed one makes running instances outdated.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ProcessDefinition {
     /// The argv to execute; with `shell: true` it is `/bin/sh -c <command>`.
     pub argv: Vec<Template>,
@@ -179,8 +182,19 @@ pub struct ProcessDefinition {
     pub watchdog: Option<Duration>,
 }
 
+impl ProcessDefinition {
+    /// The addresses of its sockets with `inject` (none: it injects nothing).
+    pub fn inject_addresses(&self) -> Vec<String> {
+        self.listen
+            .iter()
+            .filter(|l| l.inject)
+            .map(|l| l.address.to_string())
+            .collect()
+    }
+}
+
 /// The user and group a worker runs as.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Identity {
     pub user: String,
     pub uid: u32,
@@ -190,16 +204,34 @@ pub struct Identity {
     pub home: PathBuf,
 }
 
+impl Identity {
+    /// Whether the machine that checked the file has an entry for the uid.
+    /// Without one, `user` is the uid's number (as validation names it; no
+    /// account name is all digits: `useradd` refuses them, and systemd and
+    /// we read them as uids).
+    pub fn has_entry(&self) -> bool {
+        self.user != self.uid.to_string()
+    }
+}
+
 /// A string with `{instance}` / `{instance+N}` placeholders.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Template {
     parts: Vec<TemplatePart>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 enum TemplatePart {
     Text(String),
     /// `{instance}` (offset 0) or `{instance+N}`.
+    Instance(u32),
+}
+
+/// One piece of a [`Template`]: literal text, or the slot number plus an offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Piece<'a> {
+    Text(&'a str),
+    /// `{instance}` (0) or `{instance+N}` (N).
     Instance(u32),
 }
 
@@ -266,6 +298,15 @@ impl Template {
             .any(|p| matches!(p, TemplatePart::Instance(_)))
     }
 
+    /// The template piece by piece, for writers that express placeholders
+    /// in another language (`%i` for systemd, `$((N+%i))` for a shell).
+    pub fn pieces(&self) -> impl Iterator<Item = Piece<'_>> {
+        self.parts.iter().map(|part| match part {
+            TemplatePart::Text(text) => Piece::Text(text),
+            TemplatePart::Instance(offset) => Piece::Instance(*offset),
+        })
+    }
+
     /// The text for one slot.
     pub fn expand(&self, instance: u32) -> String {
         let mut out = String::new();
@@ -295,16 +336,19 @@ impl fmt::Display for Template {
 }
 
 /// A listening socket shared by every instance of an app.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ListenSpec {
     /// The name passed in `LISTEN_FDNAMES`.
     pub name: String,
     pub address: ListenAddress,
     /// One SO_REUSEPORT socket per instance instead of one shared socket.
     pub reuseport: bool,
+    /// Preload the library that hands this socket to a program binding the
+    /// same address itself (effects::inject).
+    pub inject: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ListenAddress {
     Tcp(SocketAddr),
     Unix(PathBuf),
@@ -352,7 +396,7 @@ impl fmt::Display for ListenAddress {
 }
 
 /// When a new instance counts as ready.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Readiness {
     /// Ready as soon as the program runs (`exec` succeeded).
     Immediate,
@@ -365,7 +409,7 @@ pub enum Readiness {
 }
 
 /// What a readiness probe checks, for one slot.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Probe {
     Tcp(SocketAddr),
     Http { address: SocketAddr, path: String },
@@ -373,7 +417,7 @@ pub enum Probe {
 
 /// A probe as written (`127.0.0.1:{instance+8000}`), parsed once for every
 /// slot when the file is checked.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ProbeSpec {
     /// `tcp` or `http`.
     pub kind: ProbeKind,
@@ -383,7 +427,7 @@ pub struct ProbeSpec {
     pub targets: Vec<Probe>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ProbeKind {
     Tcp,
     Http,
@@ -407,7 +451,7 @@ impl PartialEq for ProbeSpec {
 impl Eq for ProbeSpec {}
 
 /// `health`: a liveness check, run every `every` once an instance is ready.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HealthSpec {
     pub check: HealthCheck,
     pub every: Duration,
@@ -421,7 +465,7 @@ pub struct HealthSpec {
 }
 
 /// What a liveness check does.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum HealthCheck {
     /// A TCP connect or an HTTP GET (2xx), per slot, as readiness probes.
     Probe(ProbeSpec),
@@ -431,14 +475,14 @@ pub enum HealthCheck {
 }
 
 /// One entry of `depends_on`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Dependency {
     pub app: String,
     pub condition: Condition,
 }
 
 /// What a dependency must be before its dependent starts a process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Condition {
     /// Every wanted instance has a process that ran its program.
     Started,
@@ -462,7 +506,7 @@ impl Condition {
 }
 
 /// `on_dependency_restart`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OnDependencyRestart {
     /// Keep running.
     Ignore,
@@ -472,7 +516,7 @@ pub enum OnDependencyRestart {
 }
 
 /// `schedule` with `overlap` and `run_on_start`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ScheduleSpec {
     pub when: When,
     pub overlap: Overlap,
@@ -481,7 +525,7 @@ pub struct ScheduleSpec {
 }
 
 /// When a scheduled app runs.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[expect(
     clippy::large_enum_variant,
     reason = "one per scheduled app, read where it is: a box would only add a pointer"
@@ -491,7 +535,9 @@ pub enum When {
     Every(Duration),
     /// A 5-field cron expression, evaluated in `timezone`.
     Cron {
+        #[serde(with = "serde_as::cron")]
         cron: croner::Cron,
+        #[serde(with = "serde_as::timezone")]
         timezone: chrono_tz::Tz,
     },
 }
@@ -517,7 +563,7 @@ impl When {
 }
 
 /// `log`: where an app's output is written and when the file is rotated.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogSpec {
     /// The absolute path, `{app}` already replaced; `{instance}` (when
     /// there) is replaced per instance: see [`LogSpec::path_for`].
@@ -530,7 +576,7 @@ pub struct LogSpec {
 }
 
 /// How each line of a log file is written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LogFormat {
     /// `2026-12-01T03:00:00.123Z web.2 stdout | the line`.
     Text,
@@ -552,7 +598,7 @@ impl LogSpec {
 }
 
 /// What a tick does while the previous run still goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Overlap {
     /// Nothing: the tick is skipped (the default).
     Skip,
@@ -563,7 +609,7 @@ pub enum Overlap {
 }
 
 /// Delays between restarts: `min(initial * factor^(n-1), max)`.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct BackoffPolicy {
     pub initial: Duration,
     pub max: Duration,
@@ -573,14 +619,14 @@ pub struct BackoffPolicy {
 }
 
 /// Give up after `count` restarts within `within`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MaxRestarts {
     pub count: u32,
     pub within: Duration,
 }
 
 /// Rolling replacement limits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReloadLimits {
     pub max_surge: u32,
     pub max_unavailable: u32,
@@ -620,6 +666,69 @@ pub mod defaults {
     pub const LOG_KEEP: u32 = 5;
     /// More rotated files than this is a typo, not a retention policy.
     pub const MAX_LOG_KEEP: u32 = 1000;
+}
+
+/// How the file's cron expressions are read: five fields (no seconds, no
+/// year), as `check` and the state a re-exec hands over both read them.
+pub fn cron_parser() -> croner::parser::CronParser {
+    use croner::parser::{CronParser, Seconds, Year};
+    CronParser::builder()
+        .seconds(Seconds::Disallowed)
+        .year(Year::Disallowed)
+        .build()
+}
+
+/// What has no `serde` of its own, written as the text it is read from
+/// (for the state a re-exec hands over: [`crate::core::Core`]).
+mod serde_as {
+    /// A signal as its name (`"SIGTERM"`); an unknown name is refused.
+    pub mod signal {
+        use nix::sys::signal::Signal;
+        use serde::{Deserialize, Deserializer, Serializer};
+
+        pub fn serialize<S: Serializer>(signal: &Signal, serializer: S) -> Result<S::Ok, S::Error> {
+            serializer.serialize_str(signal.as_str())
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Signal, D::Error> {
+            let name = std::borrow::Cow::<str>::deserialize(deserializer)?;
+            name.parse::<Signal>()
+                .map_err(|_| serde::de::Error::custom(format!("unknown signal `{name}`")))
+        }
+    }
+
+    /// A cron expression as its pattern, parsed again as the file's are.
+    pub mod cron {
+        use croner::Cron;
+        use serde::{Deserialize, Deserializer, Serializer};
+
+        pub fn serialize<S: Serializer>(cron: &Cron, serializer: S) -> Result<S::Ok, S::Error> {
+            serializer.serialize_str(cron.pattern.as_str())
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Cron, D::Error> {
+            let pattern = std::borrow::Cow::<str>::deserialize(deserializer)?;
+            super::super::cron_parser()
+                .parse(&pattern)
+                .map_err(|e| serde::de::Error::custom(format!("cron `{pattern}`: {e}")))
+        }
+    }
+
+    /// A timezone as its IANA name (`Europe/Paris`).
+    pub mod timezone {
+        use chrono_tz::Tz;
+        use serde::{Deserialize, Deserializer, Serializer};
+
+        pub fn serialize<S: Serializer>(tz: &Tz, serializer: S) -> Result<S::Ok, S::Error> {
+            serializer.serialize_str(tz.name())
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Tz, D::Error> {
+            let name = std::borrow::Cow::<str>::deserialize(deserializer)?;
+            name.parse::<Tz>()
+                .map_err(|_| serde::de::Error::custom(format!("unknown timezone `{name}`")))
+        }
+    }
 }
 
 #[cfg(test)]

@@ -4,9 +4,13 @@
 //! same on every machine; absolute paths of the fixture folder are replaced by
 //! `[FIXTURES]`.
 
+mod common;
+
 use std::path::Path;
 
 use assert_cmd::Command;
+
+use common::regex_escape;
 
 fn check(dir: &Path, file: &str, extra: &[&str]) -> (i32, String) {
     let (code, stdout, stderr) = check_with_stderr(dir, file, extra);
@@ -44,18 +48,6 @@ fn snapshot_settings(dir: &Path) -> insta::Settings {
     );
     settings.set_prepend_module_to_snapshot(false);
     settings
-}
-
-fn regex_escape(text: &str) -> String {
-    text.chars()
-        .flat_map(|c| {
-            if "\\.+*?()|[]{}^$".contains(c) {
-                vec!['\\', c]
-            } else {
-                vec![c]
-            }
-        })
-        .collect()
 }
 
 #[test]
@@ -115,6 +107,46 @@ fn every_example_is_valid() {
             first_line
                 .starts_with("# yaml-language-server: $schema=../../schemas/ecosystem.schema.json"),
             "{file} starts with the schema line"
+        );
+    }
+}
+
+/// A uid this machine has no entry for, as in a file written elsewhere
+/// (an export from a dev machine): `check` accepts it, as a YAML integer or
+/// a string of digits, warning at most that only root can switch to it.
+#[test]
+fn check_accepts_a_uid_this_machine_has_no_entry_for() {
+    let uid = (3_000_000_000u32..4_000_000_000)
+        .step_by(7919)
+        .find(|&uid| {
+            nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+                .is_ok_and(|found| found.is_none())
+        })
+        .expect("a uid without an entry");
+    let dir = tempfile::tempdir().unwrap();
+    for written in [uid.to_string(), format!("\"{uid}\"")] {
+        std::fs::write(
+            dir.path().join("ecosystem.yaml"),
+            format!(
+                "apps:\n  web:\n    command: sleep 1\n    user: {written}\n    group: {written}\n"
+            ),
+        )
+        .unwrap();
+        let (code, stdout) = check(dir.path(), "ecosystem.yaml", &[]);
+        assert_eq!(code, 0, "user: {written}\n{stdout}");
+        let warnings: Vec<&str> = stdout
+            .lines()
+            .filter(|l| l.contains(": warning: "))
+            .collect();
+        let root = nix::unistd::geteuid().is_root();
+        assert!(
+            if root {
+                warnings.is_empty()
+            } else {
+                warnings.len() == 1
+                    && warnings[0].contains(&format!("only root can run workers as `{uid}`"))
+            },
+            "user: {written}\n{stdout}"
         );
     }
 }

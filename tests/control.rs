@@ -214,6 +214,115 @@ fn scale_edits_only_that_value_and_waits() {
     );
 }
 
+/// Ten `scale +1` at once: each edit holds the file's lock from its read to
+/// its write, so none is lost, each says the step it made, and each waits
+/// for what the file says in the end.
+#[test]
+fn concurrent_scales_lose_no_update() {
+    const SCALES: u32 = 10;
+    let s = started(APPS);
+    let children: Vec<Child> = (0..SCALES)
+        .map(|_| {
+            std::process::Command::new(binary())
+                .current_dir(s.dir.path())
+                .env("XDG_RUNTIME_DIR", runtime_dir(s.dir.path()))
+                .args([
+                    "scale",
+                    "-f",
+                    "ecosystem.yaml",
+                    "web",
+                    "+1",
+                    "--timeout",
+                    "20s",
+                ])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("the client runs")
+        })
+        .collect();
+    let mut steps: Vec<String> = children
+        .into_iter()
+        .map(|child| {
+            let output = child.wait_with_output().expect("the client ends");
+            assert!(output.status.success(), "{output:?}");
+            let said = stdout(&output);
+            let step = said.lines().find(|l| l.contains('→'));
+            step.unwrap_or_else(|| panic!("no step in {said:?}"))
+                .to_string()
+        })
+        .collect();
+    steps.sort();
+    let mut expected: Vec<String> = (2..2 + SCALES)
+        .map(|n| format!("web: instances {n} → {} (edited ecosystem.yaml)", n + 1))
+        .collect();
+    expected.sort();
+    assert_eq!(steps, expected);
+    let edited = std::fs::read_to_string(s.path("ecosystem.yaml")).unwrap();
+    assert!(edited.contains("    instances: 12\n"), "{edited}");
+    assert_eq!(pids_of(&status(&s), "web").len(), 12);
+}
+
+/// A hard link is the same file: a scale through one name is written in
+/// place (a rename would give that name a new inode, which the supervisor,
+/// watching the other name, would never see), and the names stay linked.
+#[test]
+fn scale_through_a_hard_link_keeps_the_link_and_is_applied() {
+    use std::os::unix::fs::MetadataExt;
+    let s = started(APPS);
+    std::fs::hard_link(s.path("ecosystem.yaml"), s.path("hard.yaml")).unwrap();
+    let inode = std::fs::metadata(s.path("ecosystem.yaml")).unwrap().ino();
+    let output = client(&s, &["-f", "hard.yaml", "scale", "web", "3"]);
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(stdout(&output), "web: instances 2 → 3 (edited hard.yaml)\n");
+    for name in ["ecosystem.yaml", "hard.yaml"] {
+        let metadata = std::fs::metadata(s.path(name)).unwrap();
+        assert_eq!((metadata.ino(), metadata.nlink()), (inode, 2), "{name}");
+    }
+    let edited = std::fs::read_to_string(s.path("ecosystem.yaml")).unwrap();
+    assert!(edited.contains("    instances: 3\n"), "{edited}");
+    assert_eq!(pids_of(&status(&s), "web").len(), 3);
+}
+
+/// A file bind-mounted over another (Docker's `-v file:file`, a Kubernetes
+/// `subPath`) cannot be renamed over (EBUSY): it is written in place, and
+/// the supervisor of the file mounted applies it.
+#[test]
+#[ignore = "needs root"]
+fn scale_through_a_bind_mounted_file_writes_it_in_place() {
+    require_root();
+    /// Unmounts what the test mounted, and only that, when it ends.
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let s = started(APPS);
+    let mounted = s.path("mounted.yaml");
+    std::fs::write(&mounted, "").unwrap();
+    let mount = std::process::Command::new("mount")
+        .arg("--bind")
+        .arg(s.path("ecosystem.yaml"))
+        .arg(&mounted)
+        .status()
+        .expect("mount runs");
+    assert!(mount.success(), "mount --bind failed");
+    let _unmount = Unmount(mounted.clone());
+    let output = client(&s, &["-f", "mounted.yaml", "scale", "web", "3"]);
+    assert!(output.status.success(), "{output:?}");
+    let edited = std::fs::read_to_string(s.path("ecosystem.yaml")).unwrap();
+    assert!(edited.contains("    instances: 3\n"), "{edited}");
+    assert_eq!(std::fs::read_to_string(&mounted).unwrap(), edited);
+    assert_eq!(pids_of(&status(&s), "web").len(), 3);
+    let left: Vec<_> = std::fs::read_dir(s.dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| name.ends_with(".tmp"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
 #[test]
 fn scale_refuses_an_invalid_file_and_leaves_it_untouched() {
     let s = started(APPS);
@@ -441,10 +550,14 @@ const QUIET: &str = r#"apps:
     ready: none
 "#;
 
-/// A supervisor running [`QUIET`], its one line printed.
+/// A supervisor running [`QUIET`], its one line printed and its start
+/// settled: the exec-status pipe of the spawn is closed once the instance is
+/// ready (by exec), and the line may come before that, so a count of the
+/// supervisor's fds taken after the line alone may hold that pipe.
 fn quiet() -> Supervised {
     let mut s = Supervised::start(QUIET);
     s.wait_line("up");
+    s.wait_event("ready", "quiet");
     s
 }
 
@@ -468,9 +581,12 @@ fn followers(s: &Supervised, count: usize, served: usize) -> Vec<Child> {
         let printed = printed.clone();
         std::thread::spawn(move || {
             let mut line = String::new();
-            if BufReader::new(stdout).read_line(&mut line).is_ok() {
+            let mut reader = BufReader::new(stdout);
+            if reader.read_line(&mut line).is_ok() {
                 let _ = printed.send(line);
             }
+            // Reading on: a follow whose reader leaves ends.
+            let _ = std::io::copy(&mut reader, &mut std::io::sink());
         });
         children.push(child);
     }
@@ -554,4 +670,66 @@ fn a_stopped_supervisor_times_out_clients_but_not_followers() {
     assert!(still_following, "the follower gave up");
     terminate(follower);
     assert!(client(&s, &["status"]).status.success());
+}
+
+/// `status --json` into a stdout that cannot take it (a full disk, a closed
+/// stdout) is an error that says so; a follow ends, quietly, once its reader
+/// leaves, though the app it follows prints nothing more.
+#[test]
+fn a_status_stdout_cannot_take_is_an_error_and_a_follow_ends_when_its_reader_leaves() {
+    let s = quiet();
+    let client_of = |args: &[&str]| {
+        let mut command = std::process::Command::new(binary());
+        command
+            .current_dir(s.dir.path())
+            .env("XDG_RUNTIME_DIR", runtime_dir(s.dir.path()))
+            .args(args);
+        command
+    };
+    common::assert_unwritable_stdout_is_an_error(|| client_of(&["status", "--json"]));
+
+    let mut follower = client_of(&["logs", "quiet", "-n", "1", "-f"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("a follower starts");
+    let mut line = String::new();
+    BufReader::new(follower.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("the tail line");
+    assert_eq!(line, "quiet.0 | up\n");
+    // The reader is dropped: the pipe has no reader any more.
+    let ended = eventually(WAIT, || {
+        follower.try_wait().is_ok_and(|exit| exit.is_some())
+    });
+    if !ended {
+        terminate(vec![follower]);
+        panic!("the follow went on after its reader left");
+    }
+    let output = follower.wait_with_output().expect("reaped");
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert_eq!(String::from_utf8_lossy(&output.stderr), "");
+    assert!(client(&s, &["status"]).status.success());
+}
+
+#[test]
+fn help_and_version_stdout_cannot_take_are_an_error_too() {
+    for args in [
+        &["--help"][..],
+        &["--version"],
+        &["status", "--help"],
+        &["help"],
+    ] {
+        common::assert_unwritable_stdout_is_an_error(|| {
+            let mut command = std::process::Command::new(binary());
+            command.args(args);
+            command
+        });
+    }
+    let mut help = std::process::Command::new(binary());
+    help.arg("--help");
+    let (code, stderr, first) = common::into_head(help);
+    assert_eq!((code, stderr.as_str()), (Some(0), ""), "{first}");
+    assert!(first.contains("supervisor"), "{first}");
 }

@@ -356,12 +356,6 @@ fn node_cluster_drains_on_sigint() {
 #[ignore = "needs root"]
 fn kitchen_sink_stops_on_sigint() {
     require_root();
-    // SAFETY: a NUL-terminated name; only the pointer's nullness is used.
-    let nogroup = !unsafe { libc::getgrnam(c"nogroup".as_ptr()) }.is_null();
-    assert!(
-        nogroup,
-        "kitchen-sink runs as user nobody, group nogroup: the group is needed"
-    );
     drains(Example {
         name: "kitchen-sink",
         app: "api",
@@ -369,7 +363,8 @@ fn kitchen_sink_stops_on_sigint() {
         drain: Duration::ZERO,
         http: false,
         edits: |dir| {
-            // The worker runs as nobody and must reach its cwd in our dir.
+            // The worker runs as uid 10001 (with or without an entry here)
+            // and must reach its cwd in our dir.
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
             let admin = format!("unix:{}", dir.join("admin.sock").display());
@@ -379,6 +374,74 @@ fn kitchen_sink_stops_on_sigint() {
             ]
         },
     });
+}
+
+/// How long a Python example may take to bind its port.
+const BIND_WITHIN: Duration = Duration::from_secs(20);
+
+/// Whether a socket listens on `ip:port` (`ip` as /proc/net/tcp writes
+/// it: `00000000` is 0.0.0.0, `0100007F` 127.0.0.1).
+fn listens_on(ip: &str, port: u16) -> bool {
+    let local = format!("{ip}:{port:04X}");
+    std::fs::read_to_string("/proc/net/tcp").is_ok_and(|table| {
+        table.lines().skip(1).any(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.get(1) == Some(&local.as_str()) && fields.get(3) == Some(&"0A")
+        })
+    })
+}
+
+/// Without supervise's fd 3 (in a container) the servers of the examples
+/// bind every interface, where a Service and the kubelet's probes reach
+/// them on the pod's IP — or `HOST` when it is set. (Under supervise they
+/// serve fd 3 as before: the drain and stack tests run them so.)
+#[test]
+fn the_examples_servers_bind_every_interface_without_fd_3() {
+    let free = || {
+        std::net::TcpListener::bind("0.0.0.0:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port")
+    };
+    for (example, script, port_variable) in [
+        ("hello", "server.py", "PORT"),
+        ("stack", "api.py", "PORT"),
+        ("stack", "db.py", "DB_PORT"),
+    ] {
+        for (host, proc_ip) in [(None, "00000000"), (Some("127.0.0.1"), "0100007F")] {
+            let port = free();
+            let mut command = std::process::Command::new("python3");
+            command
+                .arg(example_dir(example).join(script))
+                .env(port_variable, port.to_string())
+                .env_remove("HOST")
+                .env_remove("LISTEN_FDS")
+                .env_remove("LISTEN_PID")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null());
+            if let Some(host) = host {
+                command.env("HOST", host);
+            }
+            let mut child = command.spawn().expect("python3 runs");
+            let bound = eventually(BIND_WITHIN, || listens_on(proc_ip, port));
+            let other = if proc_ip == "00000000" {
+                "0100007F"
+            } else {
+                "00000000"
+            };
+            let only_there = !listens_on(other, port);
+            child.kill().expect("kill the example we started");
+            child.wait().expect("reap it");
+            assert!(
+                bound,
+                "{script} with HOST={host:?} listens on {proc_ip}:{port}"
+            );
+            assert!(
+                only_there,
+                "{script} with HOST={host:?} listens on {other} too"
+            );
+        }
+    }
 }
 
 /// The stack example as shipped (its ports moved): db, then the migration,

@@ -34,21 +34,32 @@ fn duration() -> impl Strategy<Value = DurationText> {
     prop_oneof!["[0-9]{1,4}(ms|s|m|h)", text()].prop_map(DurationText)
 }
 
+/// `user` / `group`: a number, or a name (which may be digits: `"123"`
+/// must come back a string, not a number).
+fn account() -> impl Strategy<Value = AccountId> {
+    prop_oneof![
+        any::<u32>().prop_map(AccountId::Id),
+        text().prop_map(AccountId::Name),
+    ]
+}
+
 fn listen_entry() -> impl Strategy<Value = ListenEntry> {
     prop_oneof![
         text().prop_map(ListenEntry::Address),
         (
             text(),
             proptest::option::of(text()),
+            proptest::option::of(any::<bool>()),
             proptest::option::of(any::<bool>())
         )
-            .prop_map(
-                |(address, name, reuseport)| ListenEntry::Socket(SocketEntry {
+            .prop_map(|(address, name, reuseport, inject)| ListenEntry::Socket(
+                SocketEntry {
                     address,
                     name,
-                    reuseport
-                })
-            ),
+                    reuseport,
+                    inject,
+                }
+            )),
     ]
 }
 
@@ -202,8 +213,8 @@ fn app() -> BoxedStrategy<AppFields> {
         (
             of(duration().boxed()),
             of(reload.boxed()),
-            of(text().boxed()),
-            of(text().boxed()),
+            of(account().boxed()),
+            of(account().boxed()),
         )
             .boxed(),
         (

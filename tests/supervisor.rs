@@ -188,29 +188,11 @@ apps:
 
 #[test]
 fn sigkill_of_the_supervisor_leaves_no_process_of_its_tree() {
-    let mut s = Supervised::start(
-        r#"
-apps:
-  family:
-    command: [sh, -c, "sleep 1000 & sleep 1000 & echo up; wait"]
-    instances: 2
-    ready: none
-"#,
-    );
+    let mut s = Supervised::start(FAMILY);
     s.wait_count("spawned", "family", 2);
     s.wait_line("up");
     s.wait_line("up");
-    let tree = descendants_of(s.pid());
-    assert!(tree.len() >= 7, "undertaker, 2 shells, 4 sleeps: {tree:?}");
-    s.signal(libc::SIGKILL);
-    let start = Instant::now();
-    let all_gone = eventually(Duration::from_secs(5), || tree.iter().all(|p| is_gone(*p)));
-    println!(
-        "the whole tree was gone {:?} after SIGKILL",
-        start.elapsed()
-    );
-    let left: Vec<i32> = tree.iter().copied().filter(|p| !is_gone(*p)).collect();
-    assert!(all_gone, "survivors: {left:?}");
+    sigkill_leaves_nothing(&mut s);
 }
 
 #[test]
@@ -503,7 +485,7 @@ fn status_reply(s: &Supervised) -> Option<serde_json::Value> {
 }
 
 #[test]
-fn sigusr1_reopens_the_log_files_and_sigusr2_is_ignored_and_workers_keep_the_defaults() {
+fn sigusr1_reopens_the_log_files_and_sigusr2_upgrades_and_workers_keep_the_defaults() {
     let mut s = Supervised::start(
         "apps:\n  web:\n    command: [sleep, \"1000\"]\n    instances: 2\n    ready: none\n",
     );
@@ -527,9 +509,8 @@ fn sigusr1_reopens_the_log_files_and_sigusr2_is_ignored_and_workers_keep_the_def
         if signal == libc::SIGUSR1 {
             s.wait_for("the reopen", |e| e["event"] == "log_reopened");
         } else {
-            s.wait_for("SIGUSR2 logged", |e| {
-                e["event"] == "signal_ignored" && e["signal"] == "SIGUSR2"
-            });
+            // An upgrade in place, to the same binary: nothing else happens.
+            s.wait_for("SIGUSR2's upgrade", |e| e["event"] == "upgraded");
         }
     }
     let status = status_reply(&s).expect("status answers after SIGUSR1/SIGUSR2");
@@ -714,20 +695,38 @@ fn human_output_prefixes_worker_lines_with_app_and_slot() {
     assert!(!text.contains('\x1b'), "no colour with NO_COLOR");
 }
 
-#[test]
-fn systemd_hears_ready_and_stopping() {
+/// A supervisor of `yaml` (in a fresh dir) whose `NOTIFY_SOCKET` is a
+/// datagram socket the test reads as systemd would, with JSON event lines
+/// on its piped stdout; the dir, the socket and the supervisor.
+fn under_systemd(
+    yaml: &str,
+) -> (
+    tempfile::TempDir,
+    std::os::unix::net::UnixDatagram,
+    std::process::Child,
+) {
     let dir = tempfile::tempdir().unwrap();
     let socket_path = dir.path().join("notify.sock");
     let systemd = std::os::unix::net::UnixDatagram::bind(&socket_path).unwrap();
     systemd.set_read_timeout(Some(WAIT)).unwrap();
-    std::fs::write(dir.path().join("ecosystem.yaml"), "apps:\n  web:\n    command: [sleep, \"1000\"]\n    instances: 2\n    ready: {delay: 200ms}\n").unwrap();
-    let mut child = std::process::Command::new(binary())
+    std::fs::write(dir.path().join("ecosystem.yaml"), yaml).unwrap();
+    let child = std::process::Command::new(binary())
         .current_dir(dir.path())
+        .args(["--log-format", "json"])
         .env("XDG_RUNTIME_DIR", runtime_dir(dir.path()))
         .env("NOTIFY_SOCKET", &socket_path)
-        .stdout(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    (dir, systemd, child)
+}
+
+/// systemd hears `READY=1` from `child`, and `STOPPING=1` once it is sent
+/// SIGTERM; its event lines, once it exited 0.
+fn ready_then_stopping(
+    systemd: &std::os::unix::net::UnixDatagram,
+    child: std::process::Child,
+) -> Vec<serde_json::Value> {
     let mut message = [0u8; 256];
     let n = systemd.recv(&mut message).expect("READY=1 arrives");
     assert_eq!(&message[..n], b"READY=1");
@@ -735,7 +734,44 @@ fn systemd_hears_ready_and_stopping() {
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let n = systemd.recv(&mut message).expect("STOPPING=1 arrives");
     assert_eq!(&message[..n], b"STOPPING=1");
-    assert!(child.wait().unwrap().success());
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success());
+    output
+        .stdout
+        .split(|b| *b == b'\n')
+        .filter_map(|line| serde_json::from_slice(line).ok())
+        .collect()
+}
+
+#[test]
+fn systemd_hears_ready_and_stopping() {
+    let (_dir, systemd, child) = under_systemd(
+        "apps:\n  web:\n    command: [sleep, \"1000\"]\n    instances: 2\n    ready: {delay: 200ms}\n",
+    );
+    let events = ready_then_stopping(&systemd, child);
+    assert!(
+        events.iter().any(|e| e["event"] == "all_ready"),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn systemd_hears_ready_once_every_start_is_decided_though_an_app_never_comes_up() {
+    // Under Type=notify, no READY=1 would have systemd kill every app at its
+    // start timeout, and start them all again, for one broken app.
+    let (_dir, systemd, child) = under_systemd(
+        "apps:\n  web:\n    command: [sleep, \"1000\"]\n    ready: {delay: 200ms}\n  typo:\n    command: [no-such-program-here]\n",
+    );
+    let events = ready_then_stopping(&systemd, child);
+    let said = events
+        .iter()
+        .find(|e| e["event"] == "started_partly")
+        .unwrap_or_else(|| panic!("started_partly is said: {events:?}"));
+    assert_eq!(said["not_ready"], "[\"typo.0\"]", "{said}");
+    assert!(
+        !events.iter().any(|e| e["event"] == "all_ready"),
+        "{events:?}"
+    );
 }
 
 #[test]
@@ -788,6 +824,53 @@ apps:
         )),
         "{text}"
     );
+}
+
+/// A uid with no passwd entry (a file written for an image, or another
+/// machine): the worker runs as that uid, with the group given or else the
+/// same number, no other group, HOME=/ and the number as USER and LOGNAME.
+#[test]
+#[ignore = "needs root"]
+fn workers_run_as_a_numeric_uid_without_an_entry_when_root() {
+    require_root();
+    let absent = |from: u32| {
+        (from..from + 1_000_000)
+            .find(|&id| {
+                nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(id))
+                    .is_ok_and(|found| found.is_none())
+                    && nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(id))
+                        .is_ok_and(|found| found.is_none())
+            })
+            .expect("an id without an entry")
+    };
+    let uid = absent(3_100_000_000);
+    let gid = absent(3_200_000_000);
+    let script =
+        "echo uid=$(id -u) gid=$(id -g) groups=$(id -G) user=$USER logname=$LOGNAME home=$HOME";
+    let mut s = Supervised::start(&format!(
+        r#"
+apps:
+  bare:
+    command: [sh, -c, "{script}"]
+    user: {uid}
+    cwd: /
+    restart: never
+  grouped:
+    command: [sh, -c, "{script}"]
+    user: "{uid}"
+    group: {gid}
+    cwd: /
+    restart: never
+"#
+    ));
+    for (app, group) in [("bare", uid), ("grouped", gid)] {
+        let line = s.wait_for("the id line", |e| e["event"] == "output" && e["app"] == app);
+        assert_eq!(
+            line["line"].as_str().unwrap_or_default(),
+            format!("uid={uid} gid={group} groups={group} user={uid} logname={uid} home=/"),
+            "{app}"
+        );
+    }
 }
 
 #[test]

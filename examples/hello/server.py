@@ -3,7 +3,9 @@
 
 It serves on the listening socket the supervisor passes as fd 3 (systemd's
 socket-activation protocol: LISTEN_FDS, and LISTEN_PID must be our own pid);
-without one it binds $PORT (default 8080) itself.
+without one (in a container, say) it binds $PORT (default 8080) itself, on
+every interface ($HOST when set): in a pod the Service and the kubelet's
+probes reach it on the pod's IP, not on 127.0.0.1.
 
 On SIGTERM it drains, so a rolling reload loses no request:
 1. it stops accepting (its siblings share the socket and take new connections);
@@ -103,7 +105,7 @@ def main():
     listener = inherited_listener()
     if listener is None:
         port = int(os.environ.get("PORT", "8080"))
-        server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        server = ThreadingHTTPServer((os.environ.get("HOST", "0.0.0.0"), port), Handler)
     else:
         server = ThreadingHTTPServer(listener.getsockname(), Handler, bind_and_activate=False)
         server.socket.close()

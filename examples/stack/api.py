@@ -2,7 +2,9 @@
 """The API: answers GET / with the schema version it reads from db.
 
 It serves on the listening socket supervise passes as fd 3 (LISTEN_FDS, and
-LISTEN_PID is our pid), shared with its sibling. The socket is non-blocking
+LISTEN_PID is our pid), shared with its sibling; without one (in a container)
+it binds $PORT on every interface ($HOST when set), where a Service and the
+kubelet's probes reach it. The socket is non-blocking
 and waited on with a timeout, so a worker never sits in accept() deaf to its
 SIGTERM; on SIGTERM it finishes the request in hand and exits."""
 import os
@@ -45,7 +47,8 @@ def main():
     if os.environ.get("LISTEN_PID") == str(os.getpid()):
         listener = socket.socket(fileno=3)
     else:
-        listener = socket.create_server(("127.0.0.1", int(os.environ.get("PORT", "8080"))))
+        address = (os.environ.get("HOST", "0.0.0.0"), int(os.environ.get("PORT", "8080")))
+        listener = socket.create_server(address)
     listener.setblocking(False)
     server = HTTPServer(listener.getsockname()[:2], Handler, bind_and_activate=False)
 

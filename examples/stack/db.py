@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """A stand-in database: a key-value store over TCP, one line per command
-(`GET key`, `SET key value`), on 127.0.0.1:$DB_PORT. It takes half a second to
-start, as a real one takes a while, so the stack's start order shows."""
+(`GET key`, `SET key value`), on $DB_PORT of every interface ($HOST when set:
+in a pod its readiness probe comes to the pod's IP, not to 127.0.0.1). It
+takes half a second to start, as a real one takes a while, so the stack's
+start order shows."""
 import os
 import signal
 import socket
@@ -10,6 +12,7 @@ import sys
 import time
 
 PORT = int(os.environ.get("DB_PORT", "7400"))
+HOST = os.environ.get("HOST", "0.0.0.0")
 data = {}
 
 
@@ -35,8 +38,8 @@ class Server(socketserver.ThreadingTCPServer):
 def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     time.sleep(0.5)
-    with Server(("127.0.0.1", PORT), Handler) as server:
-        print(f"db: listening on 127.0.0.1:{PORT}", flush=True)
+    with Server((HOST, PORT), Handler) as server:
+        print(f"db: listening on {HOST}:{PORT}", flush=True)
         server.serve_forever()
 
 

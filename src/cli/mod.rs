@@ -4,9 +4,15 @@
 //! [`Supervisor`](crate::supervisor::Supervisor); [`graph`] draws
 //! `check --graph`.
 
+mod export;
 pub mod graph;
+pub mod import;
+pub mod init;
+pub mod install;
+pub mod output;
 mod run;
 
+pub use export::{ExportTarget, export};
 pub use graph::GraphFormat;
 pub use run::run;
 
@@ -22,7 +28,8 @@ use crate::spec::{Desired, When};
 /// Exit codes shared by every command (DESIGN.md §2).
 pub mod exit {
     pub const OK: u8 = 0;
-    /// Invalid file (YAML syntax included) or an operation refused.
+    /// Invalid file (YAML syntax included), an operation refused, or an
+    /// output that could not be written (stdout included).
     pub const INVALID: u8 = 1;
     /// Usage error or file unreadable.
     pub const USAGE: u8 = 2;
@@ -143,6 +150,13 @@ pub enum Command {
         /// APP or APP.N
         target: String,
     },
+    /// Replace the running supervisor's binary without touching a worker
+    /// (SIGUSR2 does the same with the default binary).
+    Upgrade {
+        /// The new binary (default: the path the supervisor was started from).
+        #[arg(long, value_name = "PATH")]
+        binary: Option<PathBuf>,
+    },
     /// Start a run of a scheduled app now (its `overlap` applies while one goes).
     Trigger {
         /// The scheduled app.
@@ -180,6 +194,73 @@ pub enum Command {
     /// sortable and filterable, the selection's logs, and keys to reload,
     /// restart, stop or start it (each confirmed). Needs a terminal.
     Top,
+    /// Translate the file for another engine: Kubernetes objects, or systemd
+    /// units. What does not translate is warned about with its file:line.
+    Export {
+        #[command(subcommand)]
+        target: ExportTarget,
+    },
+    /// Turn a pm2 ecosystem file (`.js`, `.cjs`, `.json`, `.yaml`), a
+    /// supervisord INI file or a Procfile into an ecosystem file. What does not
+    /// carry over exactly becomes `# import:` comments and warnings.
+    Import {
+        /// The file to import.
+        source: PathBuf,
+        /// Write here instead of to stdout (refuses to replace a file).
+        #[arg(short = 'o', long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// The format, when the file's name does not say it.
+        #[arg(long, value_enum, value_name = "FORMAT")]
+        from: Option<crate::import::Format>,
+        /// pm2: the environment to use, `env_NAME` over `env` (as `pm2 start --env NAME`).
+        #[arg(long, value_name = "NAME")]
+        env: Option<String>,
+        /// Replace the output file if it exists: a regular file only, at
+        /// once (a new file renamed over it, with its mode).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Write a first, commented ecosystem.yaml (or -f FILE) for COMMAND, and
+    /// the schema beside it; refuses to replace a file.
+    Init {
+        /// The app's name (default: after the program it runs).
+        #[arg(long)]
+        name: Option<String>,
+        /// The program and its arguments, after `--` (default: a placeholder).
+        #[arg(last = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
+    /// Write and enable a systemd unit that runs `supervise -f FILE` at boot
+    /// (`Type=notify`, reload by SIGHUP); prints the systemctl commands it runs.
+    Install {
+        /// A user unit (`systemctl --user`), in ~/.config/systemd/user.
+        #[arg(long)]
+        user: bool,
+        /// Only print the unit.
+        #[arg(long)]
+        print: bool,
+        /// The unit is `supervise-NAME.service` (default: the file's folder).
+        #[arg(long)]
+        name: Option<String>,
+        /// Write the unit here instead of systemd's folder (for packaging).
+        #[arg(long, value_name = "DIR")]
+        unit_dir: Option<PathBuf>,
+        /// Replace a unit of that name that runs another file.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Stop, disable and remove what `install` wrote.
+    Uninstall {
+        /// The user unit.
+        #[arg(long)]
+        user: bool,
+        /// The unit's NAME, if `install` was given one.
+        #[arg(long)]
+        name: Option<String>,
+        /// Where `install --unit-dir` wrote it.
+        #[arg(long, value_name = "DIR")]
+        unit_dir: Option<PathBuf>,
+    },
     /// Print a shell completion script.
     Completions { shell: clap_complete::Shell },
     /// Print the man page (roff).
@@ -244,9 +325,17 @@ pub fn ecosystem_path(file: Option<&Path>) -> Result<PathBuf, String> {
     ))
 }
 
-/// Write to stdout, ignoring a closed pipe (`supervise check | head`).
-fn out(text: &str) {
-    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+/// Write to stdout (see [`output`]).
+fn out(text: &str) -> Result<(), output::Unwritten> {
+    output::write(text.as_bytes())
+}
+
+/// The exit code of a command that wrote its product to stdout.
+fn written(result: Result<u8, output::Unwritten>) -> ExitCode {
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(unwritten) => unwritten.report(),
+    }
 }
 
 fn err(text: &str) {
@@ -255,11 +344,19 @@ fn err(text: &str) {
 
 /// `supervise check`, or with `graph` `supervise check --graph`.
 pub fn check(file: Option<&Path>, format: Format, graph: Option<GraphFormat>) -> ExitCode {
+    written(check_written(file, format, graph))
+}
+
+fn check_written(
+    file: Option<&Path>,
+    format: Format,
+    graph: Option<GraphFormat>,
+) -> Result<u8, output::Unwritten> {
     let path = match ecosystem_path(file) {
         Ok(path) => path,
         Err(message) => {
             err(&format!("error: {message}\n"));
-            return ExitCode::from(exit::USAGE);
+            return Ok(exit::USAGE);
         }
     };
     let shown = path.display().to_string();
@@ -271,9 +368,9 @@ pub fn check(file: Option<&Path>, format: Format, graph: Option<GraphFormat>) ->
                 Format::Json => out(&format!(
                     "{}\n",
                     serde_json::json!({"file": shown, "valid": false, "error": unreadable.to_string(), "diagnostics": []})
-                )),
+                ))?,
             }
-            return ExitCode::from(exit::USAGE);
+            return Ok(exit::USAGE);
         }
     };
     match (format, graph, &checked.desired) {
@@ -284,21 +381,20 @@ pub fn check(file: Option<&Path>, format: Format, graph: Option<GraphFormat>) ->
                 &checked.text,
                 &checked.diagnostics,
             ));
-            out(&graph::render(desired, graph));
+            out(&graph::render(desired, graph))?;
         }
         (Format::Human, _, _) => {
-            out(&diagnostic::render(
-                &shown,
-                &checked.text,
-                &checked.diagnostics,
-            ));
-            match &checked.desired {
-                Some(desired) => out(&summary(&shown, desired, &checked.diagnostics)),
-                None => out(&format!(
+            let verdict = match &checked.desired {
+                Some(desired) => summary(&shown, desired, &checked.diagnostics),
+                None => format!(
                     "{shown}: invalid ({})\n",
                     diagnostic::summary_line(&checked.diagnostics)
-                )),
-            }
+                ),
+            };
+            out(&format!(
+                "{}{verdict}",
+                diagnostic::render(&shown, &checked.text, &checked.diagnostics)
+            ))?;
         }
         (Format::Json, _, _) => {
             let report = serde_json::json!({
@@ -306,10 +402,10 @@ pub fn check(file: Option<&Path>, format: Format, graph: Option<GraphFormat>) ->
                 "valid": checked.is_valid(),
                 "diagnostics": diagnostic::to_json(&shown, &checked.diagnostics),
             });
-            out(&format!("{report:#}\n"));
+            out(&format!("{report:#}\n"))?;
         }
     }
-    ExitCode::from(if checked.is_valid() {
+    Ok(if checked.is_valid() {
         exit::OK
     } else {
         exit::INVALID
@@ -319,11 +415,15 @@ pub fn check(file: Option<&Path>, format: Format, graph: Option<GraphFormat>) ->
 /// `supervise check --diff --against OLD.yaml`: the plan the supervisor would
 /// carry out (the same function a live reload logs).
 pub fn check_diff(file: Option<&Path>, against: &Path) -> ExitCode {
+    written(check_diff_written(file, against))
+}
+
+fn check_diff_written(file: Option<&Path>, against: &Path) -> Result<u8, output::Unwritten> {
     let path = match ecosystem_path(file) {
         Ok(path) => path,
         Err(message) => {
             err(&format!("error: {message}\n"));
-            return ExitCode::from(exit::USAGE);
+            return Ok(exit::USAGE);
         }
     };
     let host = Host::detect();
@@ -333,36 +433,33 @@ pub fn check_diff(file: Option<&Path>, against: &Path) -> ExitCode {
         match config::check_file(candidate, &host) {
             Err(unreadable) => {
                 err(&format!("error: {unreadable}\n"));
-                return ExitCode::from(exit::USAGE);
+                return Ok(exit::USAGE);
             }
             Ok(checked) => {
                 out(&diagnostic::render(
                     &shown,
                     &checked.text,
                     &checked.diagnostics,
-                ));
+                ))?;
                 match checked.desired {
                     Some(desired) => versions.push(desired),
                     None => {
                         out(&format!(
                             "{shown}: invalid ({})\n",
                             diagnostic::summary_line(&checked.diagnostics)
-                        ));
-                        return ExitCode::from(exit::INVALID);
+                        ))?;
+                        return Ok(exit::INVALID);
                     }
                 }
             }
         }
     }
-    out(&format!(
-        "plan from {} to {}:\n",
-        against.display(),
-        path.display()
-    ));
+    let mut plan = format!("plan from {} to {}:\n", against.display(), path.display());
     for change in crate::plan::diff(&versions[0], &versions[1]) {
-        out(&format!("  {change}\n"));
+        plan.push_str(&format!("  {change}\n"));
     }
-    ExitCode::from(exit::OK)
+    out(&plan)?;
+    Ok(exit::OK)
 }
 
 /// The success summary: apps, instances each, sockets, what `max` became,
@@ -432,8 +529,9 @@ pub fn when_text(when: &When) -> String {
 pub fn completions(shell: clap_complete::Shell) -> ExitCode {
     use clap::CommandFactory;
     let mut command = Cli::command();
-    clap_complete::generate(shell, &mut command, "supervise", &mut std::io::stdout());
-    ExitCode::from(exit::OK)
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut command, "supervise", &mut script);
+    written(output::write(&script).map(|()| exit::OK))
 }
 
 /// `supervise man`.
@@ -446,16 +544,17 @@ pub fn man() -> ExitCode {
     {
         return ExitCode::from(exit::USAGE);
     }
-    out(&String::from_utf8_lossy(&page));
-    ExitCode::from(exit::OK)
+    written(output::write(&page).map(|()| exit::OK))
 }
 
 /// `supervise schema`.
 pub fn schema() -> ExitCode {
     let schema = config::json_schema();
-    out(&format!(
-        "{}\n",
-        serde_json::to_string_pretty(&schema).unwrap_or_default()
-    ));
-    ExitCode::from(exit::OK)
+    written(
+        out(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&schema).unwrap_or_default()
+        ))
+        .map(|()| exit::OK),
+    )
 }

@@ -19,8 +19,10 @@ use crate::effects::systemd::SystemdNotifier;
 use crate::effects::tracking::Tracking;
 use crate::effects::undertaker::Undertaker;
 use crate::effects::watch::{FileWatcher, content_hash};
-use crate::supervisor::run::{Launch, run as run_loop};
+use crate::supervisor::run::{Launch, Origin, run as run_loop};
+use crate::supervisor::upgrading::Lineage;
 use crate::supervisor::worker_base_env;
+use crate::upgrade::Handover;
 
 /// `supervise [run] -f FILE`: supervise in the foreground until SIGINT/SIGTERM.
 pub fn run(cli: &Cli) -> ExitCode {
@@ -30,7 +32,12 @@ pub fn run(cli: &Cli) -> ExitCode {
         err(&format!("error: cannot handle SIGHUP: {error}\n"));
         return ExitCode::from(exit::INVALID);
     }
-    // Whatever we inherited beyond stdio must not leak into workers.
+    // The state an upgrade handed over, if this image is the new one of an
+    // upgrade: taken before anything reads the environment.
+    let incoming = crate::upgrade::exec::take_incoming(crate::upgrade::MAX_STATE_BYTES);
+    // Whatever we inherited beyond stdio must not leak into workers (after
+    // an upgrade, what the previous image kept is ours again, and closed
+    // at the next exec like every fd of ours).
     // SAFETY: marks fds close-on-exec; no memory is touched.
     unsafe {
         libc::close_range(
@@ -38,6 +45,9 @@ pub fn run(cli: &Cli) -> ExitCode {
             libc::c_uint::MAX,
             libc::CLOSE_RANGE_CLOEXEC as libc::c_int,
         );
+    }
+    if let Some(incoming) = incoming {
+        return resume(cli, incoming);
     }
     let path = match ecosystem_path(cli.file.as_deref()) {
         Ok(path) => path,
@@ -138,7 +148,57 @@ pub fn run(cli: &Cli) -> ExitCode {
     unsafe {
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     }
+    let lineage = Lineage {
+        default_binary: started_from(),
+        started_at: std::time::SystemTime::now(),
+        upgrades: 0,
+    };
+    let start = Start {
+        shown,
+        dir,
+        claim,
+        tracking,
+        undertaker,
+        spawner,
+        watcher,
+        nofile_soft,
+        logs: LogHub::new(),
+        lineage,
+    };
+    let begin = Begin::Fresh {
+        desired,
+        initial_hash,
+        identity,
+    };
+    serve(cli, start, begin, rendered)
+}
 
+/// What both a fresh start and an upgraded image bring to the loop.
+struct Start {
+    shown: String,
+    dir: std::path::PathBuf,
+    claim: Claim,
+    tracking: Tracking,
+    undertaker: Undertaker,
+    spawner: Spawner,
+    watcher: FileWatcher,
+    nofile_soft: libc::rlim_t,
+    logs: std::sync::Arc<LogHub>,
+    lineage: Lineage,
+}
+
+/// Where the state comes from (see [`Origin`], made inside the runtime).
+enum Begin {
+    Fresh {
+        desired: crate::spec::Desired,
+        initial_hash: [u8; 32],
+        identity: runtime::FileIdentity,
+    },
+    Upgraded(Box<Handover>),
+}
+
+/// The output, the event loop, and the loop's life.
+fn serve(cli: &Cli, start: Start, begin: Begin, rendered: String) -> ExitCode {
     let format = match cli.log_format {
         LogStyle::Json => LogFormat::Json,
         LogStyle::Human => {
@@ -147,7 +207,7 @@ pub fn run(cli: &Cli) -> ExitCode {
             LogFormat::Human { colour }
         }
     };
-    let sink = LogSink::start(std::io::stdout());
+    let sink = LogSink::start_as(std::io::stdout(), format);
     let verbosity = if cli.quiet {
         -1
     } else {
@@ -157,7 +217,9 @@ pub fn run(cli: &Cli) -> ExitCode {
     if !rendered.is_empty() {
         sink.send(rendered.into_bytes());
     }
-    report_tracking(&tracking);
+    if matches!(begin, Begin::Fresh { .. }) {
+        report_tracking(&start.tracking);
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -168,40 +230,53 @@ pub fn run(cli: &Cli) -> ExitCode {
             return ExitCode::from(exit::INVALID);
         }
     };
-    let logs = LogHub::new();
     let setup = Setup {
         sink: sink.clone(),
         format,
-        logs: logs.clone(),
+        logs: start.logs.clone(),
         files: LogFiles::start(),
-        undertaker,
-        spawner,
+        undertaker: start.undertaker,
+        spawner: start.spawner,
         base_env: worker_base_env(std::env::vars_os()),
-        nofile_soft,
+        nofile_soft: start.nofile_soft,
         systemd: SystemdNotifier::from_env(std::env::var_os("NOTIFY_SOCKET")),
-        tracking: tracking.clone(),
+        tracking: start.tracking,
+        runtime_dir: start.dir,
     };
     let result = runtime.block_on(async {
-        // Every socket of the first version is bound before anything starts:
-        // one that cannot be refuses the start.
-        let mut sockets = SocketRegistry::default();
-        for spec in &desired.apps {
-            for key in spec.socket_keys() {
-                sockets
-                    .ensure(&key, &spec.name)
-                    .map_err(|error| format!("app {}: {error}", spec.name))?;
+        let origin = match begin {
+            Begin::Fresh {
+                desired,
+                initial_hash,
+                identity,
+            } => {
+                // Every socket of the first version is bound before anything
+                // starts: one that cannot be refuses the start.
+                let mut sockets = SocketRegistry::default();
+                for spec in &desired.apps {
+                    for key in spec.socket_keys() {
+                        sockets
+                            .ensure(&key, &spec.name)
+                            .map_err(|error| format!("app {}: {error}", spec.name))?;
+                    }
+                }
+                Origin::Fresh {
+                    desired,
+                    sockets,
+                    initial_hash,
+                    identity,
+                }
             }
-        }
+            Begin::Upgraded(handover) => Origin::Upgraded(handover),
+        };
         let launch = Launch {
-            desired,
-            shown,
+            shown: start.shown,
             setup,
-            sockets,
-            watcher,
-            initial_hash,
-            identity,
-            claim,
-            logs,
+            watcher: start.watcher,
+            claim: start.claim,
+            logs: start.logs,
+            lineage: start.lineage,
+            origin,
         };
         run_loop(launch).await.map_err(|e| e.to_string())
     });
@@ -213,6 +288,106 @@ pub fn run(cli: &Cli) -> ExitCode {
             ExitCode::from(exit::INVALID)
         }
     }
+}
+
+/// The new image of an upgrade: everything comes from the state the
+/// previous one handed over — the claim, the tracking, the undertaker, the
+/// sockets, every worker — except what starts afresh (the spawner, the
+/// watcher, the output). A state that cannot be read leaves nothing to go
+/// on with: the exit lets the undertaker clean up, as after a crash (the
+/// probe is there so that this does not happen).
+fn resume(cli: &Cli, incoming: std::io::Result<Vec<u8>>) -> ExitCode {
+    let restored = incoming
+        .map_err(|e| format!("cannot read the state the previous image handed over: {e}"))
+        .and_then(|bytes| Handover::decode(&bytes));
+    let mut handover = match restored {
+        Ok(handover) => handover,
+        Err(message) => {
+            err(&format!("error: upgrade: {message}\n"));
+            return ExitCode::from(exit::INVALID);
+        }
+    };
+    let path = match ecosystem_path(cli.file.as_deref()) {
+        Ok(path) => path,
+        Err(message) => {
+            err(&format!("error: upgrade: {message}\n"));
+            return ExitCode::from(exit::INVALID);
+        }
+    };
+    let parts = (|| -> std::io::Result<(Claim, Undertaker, Spawner)> {
+        let claim = Claim::restore(handover.shell.claim.clone())?;
+        let undertaker = Undertaker::restore(handover.system.undertaker.clone())?;
+        let spawner = Spawner::start()?;
+        Ok((claim, undertaker, spawner))
+    })();
+    let (claim, undertaker, spawner) = match parts {
+        Ok(parts) => parts,
+        Err(error) => {
+            err(&format!("error: upgrade: {error}\n"));
+            return ExitCode::from(exit::INVALID);
+        }
+    };
+    let watcher = match config::absolute_path(&path) {
+        Ok(absolute) => FileWatcher::new(&absolute),
+        Err(_) => FileWatcher::new(&path),
+    };
+    // The limit is raised already; what workers get back is the first
+    // image's.
+    raise_fd_limit();
+    // SAFETY: prctl with plain integer arguments.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    }
+    let start = Start {
+        shown: path.display().to_string(),
+        dir: runtime::runtime_dir(),
+        claim,
+        tracking: handover.system.groups.tracking.clone(),
+        undertaker,
+        spawner,
+        watcher,
+        nofile_soft: handover.system.nofile_soft,
+        // Taken, not copied: they are most of the state.
+        logs: LogHub::restore(std::mem::take(&mut handover.rings)),
+        lineage: Lineage {
+            default_binary: handover.shell.default_binary.clone(),
+            started_at: handover.shell.started_at,
+            upgrades: handover.shell.upgrades,
+        },
+    };
+    serve(
+        cli,
+        start,
+        Begin::Upgraded(Box::new(handover)),
+        String::new(),
+    )
+}
+
+/// The path this binary was started from, as the caller named it (made
+/// absolute, symlinks kept): what `upgrade` runs by default, so that a
+/// package manager that replaced the file, or moved a symlink
+/// (`bin/supervise -> ../v2/supervise`), is followed. A bare name is looked
+/// up along `PATH`, as the shell did; else the running binary's own path.
+fn started_from() -> std::path::PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
+    let running = || std::env::current_exe().unwrap_or_else(|_| "/proc/self/exe".into());
+    let Some(name) = std::env::args_os().next() else {
+        return running();
+    };
+    if name.as_bytes().contains(&b'/') {
+        return std::path::absolute(&name).unwrap_or_else(|_| running());
+    }
+    let executable = |path: &std::path::Path| {
+        std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    std::env::var_os("PATH")
+        .and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|dir| dir.join(&name))
+                .find(|candidate| candidate.is_absolute() && executable(candidate))
+        })
+        .unwrap_or_else(running)
 }
 
 /// Say once how instances are tracked, and what a previous run left.

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::cli::output::{self, Unwritten};
 use crate::cli::{ecosystem_path, exit};
 use crate::config;
 use crate::control::{Command, Request};
@@ -39,15 +40,28 @@ pub use top::top;
 /// request and send the first reply line; then, for each next line (but see
 /// [`Connection`] for `logs -f`).
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long `upgrade` waits for the new image's answer: the probe (5 s at
+/// most), then the exec and the restore of a large state.
+pub const UPGRADE_REPLY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long `reload` waits for the rollout to complete.
 pub const WAIT_LIMIT: Duration = Duration::from_secs(300);
 /// How often they look.
 const POLL_INTERVAL: Duration = Duration::from_millis(200);
 
-/// A failure with its exit code and message.
+/// A failure with its exit code and message (empty when there is nothing
+/// to say: the reader of stdout went away, see [`Unwritten`]).
 pub struct Failure {
     pub code: u8,
     pub message: String,
+}
+
+impl From<Unwritten> for Failure {
+    fn from(unwritten: Unwritten) -> Failure {
+        Failure {
+            code: unwritten.exit_code(),
+            message: unwritten.message().unwrap_or_default(),
+        }
+    }
 }
 
 fn fail(code: u8, message: impl Into<String>) -> Failure {
@@ -85,8 +99,12 @@ pub struct Connection {
     answered: bool,
 }
 
-/// A stream whose reads fail with `TimedOut` once `deadline` has passed
-/// (`None`: no deadline), however many reads a line takes.
+/// A stream whose reads fail with `TimedOut` once `deadline` has passed,
+/// however many reads a line takes. Without a deadline (a follow) a read
+/// waits as long as it takes, unless the reader of stdout goes away
+/// meanwhile (`supervise logs -f | grep -m1 ready`): then it fails with
+/// `BrokenPipe`, as the next write would, so that a quiet app does not keep
+/// the follow (and its place among the supervisor's clients) for good.
 struct Deadlined {
     stream: UnixStream,
     deadline: Option<Instant>,
@@ -102,10 +120,41 @@ impl Read for Deadlined {
                 }
                 Some(left)
             }
-            None => None,
+            None => {
+                wait_unless_stdout_closed(&self.stream)?;
+                None
+            }
         };
         self.stream.set_read_timeout(left)?;
         self.stream.read(buffer)
+    }
+}
+
+/// Wait until `stream` has something to read (or is closed), unless the
+/// reader of stdout goes away first (`BrokenPipe`): poll reports that as an
+/// error (or a hangup) of stdout, asked for nothing.
+fn wait_unless_stdout_closed(stream: &UnixStream) -> io::Result<()> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let stdout = io::stdout();
+    loop {
+        let mut fds = [
+            PollFd::new(stream.as_fd(), PollFlags::POLLIN),
+            PollFd::new(stdout.as_fd(), PollFlags::empty()),
+        ];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(errno) => return Err(errno.into()),
+            Ok(_) => {}
+        }
+        let gone = PollFlags::POLLERR | PollFlags::POLLHUP;
+        if fds[1]
+            .revents()
+            .is_some_and(|events| events.intersects(gone))
+        {
+            return Err(io::ErrorKind::BrokenPipe.into());
+        }
+        return Ok(());
     }
 }
 
@@ -214,6 +263,8 @@ impl Connection {
                 Ok(Some(value))
             }
             Err(e) if timed_out(&e) => Err(no_answer(&self.socket)),
+            // Reading a socket never fails so: stdout's reader left a follow.
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Err(Unwritten::from(e).into()),
             Err(e) => Err(fail(exit::INVALID, format!("reading the reply: {e}"))),
         }
     }
@@ -226,8 +277,9 @@ pub fn ask(socket: &Path, command: Command) -> Result<Value, Failure> {
         .ok_or_else(|| fail(exit::INVALID, "the supervisor closed the connection"))
 }
 
-fn print(text: &str) {
-    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+/// Write to stdout (see [`output`]).
+fn print(text: &str) -> Result<(), Failure> {
+    Ok(output::write(text.as_bytes())?)
 }
 
 /// Turn a command's result into output and an exit code.
@@ -235,7 +287,9 @@ pub fn finish(result: Result<(), Failure>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::from(exit::OK),
         Err(failure) => {
-            let _ = writeln!(std::io::stderr(), "error: {}", failure.message);
+            if !failure.message.is_empty() {
+                let _ = writeln!(std::io::stderr(), "error: {}", failure.message);
+            }
             ExitCode::from(failure.code)
         }
     }
@@ -266,7 +320,7 @@ pub fn reload(socket: &Path, app: &str) -> Result<(), Failure> {
             if app.rollout.halted {
                 print(&format!(
                     "{name}: rollout halted: a replacement failed to become ready; the old instances keep serving\n"
-                ));
+                ))?;
                 return Err(fail(exit::HALTED, format!("{name}: rollout halted")));
             }
             line.push(format!(
@@ -277,7 +331,7 @@ pub fn reload(socket: &Path, app: &str) -> Result<(), Failure> {
         }
         let text = line.join(", ");
         if text != shown {
-            print(&format!("{text}\n"));
+            print(&format!("{text}\n"))?;
             shown = text;
         }
         if done {
@@ -290,11 +344,48 @@ pub fn reload(socket: &Path, app: &str) -> Result<(), Failure> {
     }
 }
 
+/// `supervise upgrade [--binary PATH]`: replace the supervisor's binary;
+/// the new image answers, with the versions and how long it took.
+pub fn upgrade(socket: &Path, binary: Option<&Path>) -> Result<(), Failure> {
+    let binary = match binary {
+        Some(path) => Some(
+            std::path::absolute(path)
+                .map_err(|e| fail(exit::USAGE, format!("{}: {e}", path.display())))?
+                .to_string_lossy()
+                .into_owned(),
+        ),
+        None => None,
+    };
+    let mut connection = Connection::open(socket, Command::Upgrade { binary })?;
+    // The answer comes from the new image: after the probe, the exec and
+    // the restore of the whole state.
+    connection.reader.get_mut().deadline = Some(Instant::now() + UPGRADE_REPLY_TIMEOUT);
+    let reply = connection.next_reply()?.ok_or_else(|| {
+        fail(
+            exit::INVALID,
+            "the connection closed without an answer: the new binary did not take over (see the supervisor's log)",
+        )
+    })?;
+    let kept = match reply["lost"].as_u64().unwrap_or(0) {
+        0 => "every worker kept".to_string(),
+        n => format!("{n} workers ended in the exec window (see `child_lost` in the log)"),
+    };
+    print(&format!(
+        "upgraded from {} to {} in {} ms (pid {}, upgrade {}); {kept}\n",
+        reply["from_version"].as_str().unwrap_or("?"),
+        reply["to_version"].as_str().unwrap_or("?"),
+        reply["took_ms"],
+        reply["pid"],
+        reply["upgrades"],
+    ))?;
+    Ok(())
+}
+
 /// `supervise restart|stop|start TARGET`.
 pub fn simple(socket: &Path, command: Command) -> Result<(), Failure> {
     let reply = ask(socket, command)?;
     if let Some(message) = reply["message"].as_str() {
-        print(&format!("{message}\n"));
+        print(&format!("{message}\n"))?;
     }
     Ok(())
 }
@@ -308,17 +399,44 @@ pub fn unix_millis(time: std::time::SystemTime) -> u64 {
 /// `supervise logs [TARGET] [-n LINES] [-f] [--since WHEN]`: `request` is a
 /// [`Command::Logs`].
 pub fn logs(socket: &Path, request: Command) -> Result<(), Failure> {
+    let again = match &request {
+        Command::Logs {
+            target,
+            follow: true,
+            ..
+        } => Some(Command::Logs {
+            target: target.clone(),
+            lines: 0,
+            follow: true,
+            since_ms: None,
+        }),
+        _ => None,
+    };
     let mut connection = Connection::open(socket, request)?;
-    while let Some(reply) = connection.next_reply()? {
+    loop {
+        let Some(reply) = connection.next_reply()? else {
+            // A follow that ends without a word: the supervisor stopped (its
+            // socket is gone), or it was upgraded (the socket is there, and
+            // the new image answers). Follow the new one.
+            let Some(again) = again.clone().filter(|_| socket.exists()) else {
+                return Ok(());
+            };
+            let _ = writeln!(
+                std::io::stderr(),
+                "[the supervisor was upgraded (or restarted): following again; lines printed meanwhile are in `supervise logs`]"
+            );
+            connection = Connection::open(socket, again)?;
+            continue;
+        };
         if reply["end"] == true {
-            break;
+            return Ok(());
         }
         // The supervisor's first word on a follow: the tail is done.
         if reply["following"] == true {
             continue;
         }
         if let Some(missed) = reply["missed"].as_u64() {
-            print(&format!("[{missed} lines missed]\n"));
+            print(&format!("[{missed} lines missed]\n"))?;
             continue;
         }
         print(&format!(
@@ -326,14 +444,19 @@ pub fn logs(socket: &Path, request: Command) -> Result<(), Failure> {
             reply["app"].as_str().unwrap_or("?"),
             reply["slot"],
             reply["line"].as_str().unwrap_or("")
-        ));
+        ))?;
     }
-    Ok(())
 }
 
 /// `supervise scale APP N|+N|-N`: edit `instances` in the file, then wait
-/// (at most `timeout`) until the running count matches. Meanwhile, instances
-/// that are not coming up are shown with why (backoff, failed, the exit).
+/// (at most `timeout`) until the running count matches what the file says.
+/// Meanwhile, instances that are not coming up are shown with why (backoff,
+/// failed, the exit).
+///
+/// The edit holds the file's [`crate::scale::EditLock`] from its read to
+/// its write, so that scales at once each apply to what the one before
+/// wrote; the wait does not (the next may edit the file meanwhile), and so
+/// it waits for what the file says *now*, read again each time it looks.
 pub fn scale(
     file: Option<&Path>,
     socket: &Path,
@@ -343,7 +466,99 @@ pub fn scale(
 ) -> Result<(), Failure> {
     let path = ecosystem_path(file).map_err(|m| fail(exit::USAGE, m))?;
     let shown = path.display().to_string();
-    let checked = config::check_file(&path, &config::Host::detect())
+    // The supervisor must be there to follow the edit; asked before the
+    // lock, which is held for nothing but the file.
+    ask(socket, Command::Status)?;
+    let (before, after) = edit_instances(&path, &shown, app, change)?;
+    print(&format!(
+        "{app}: instances {before} → {after} (edited {shown})\n"
+    ))?;
+    let deadline = Instant::now() + timeout;
+    let mut wanted = after;
+    let mut shown_problems = String::new();
+    loop {
+        // An invalid or unreadable moment (an editor saving) keeps the last.
+        if let Some(now) = instances_in(&path, app) {
+            wanted = now;
+        }
+        let status = ask_status(socket)?;
+        let Some(found) = status.apps.iter().find(|a| a.name == app) else {
+            return Err(fail(
+                exit::INVALID,
+                format!("the supervisor has no app `{app}`"),
+            ));
+        };
+        // A one-shot that completed came up and did its job.
+        let completed = found
+            .workers
+            .iter()
+            .filter(|w| w.completed_s.is_some() && w.slot < wanted)
+            .count() as u32;
+        if found.instances == wanted && found.running + completed == wanted {
+            if wanted != after {
+                print(&format!(
+                    "{app}: {wanted} instances, as {shown} says now (edited again since)\n"
+                ))?;
+            }
+            return Ok(());
+        }
+        // Not there yet: say which instances are not coming up, and why.
+        let problems: Vec<String> = found
+            .workers
+            .iter()
+            .filter(|w| {
+                w.slot < wanted && !matches!(w.state.as_str(), "starting" | "ready" | "stopping")
+            })
+            .map(|w| {
+                let why = w.last_exit.as_deref().unwrap_or("no exit yet");
+                format!(
+                    "  {app}.{}: {} ({why}; {} restarts)",
+                    w.slot, w.state, w.restarts
+                )
+            })
+            .collect();
+        let text = problems.join("\n");
+        if !text.is_empty() && text != shown_problems {
+            print(&format!(
+                "{app}: {} of {wanted} running; not coming up:\n{text}\n",
+                found.running
+            ))?;
+            shown_problems = text;
+        }
+        if Instant::now() > deadline {
+            return Err(fail(
+                exit::HALTED,
+                format!(
+                    "{app}: {} of {wanted} instances running after {}; {shown} says {wanted}",
+                    found.running,
+                    humantime::format_duration(timeout)
+                ),
+            ));
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    }
+}
+
+/// The read-modify-write of `scale`, under the file's lock: the count before
+/// and the one written, both as the file says (read under the lock; the
+/// edited text, checked before it is written).
+fn edit_instances(
+    path: &Path,
+    shown: &str,
+    app: &str,
+    change: &str,
+) -> Result<(u32, u32), Failure> {
+    let _lock = crate::scale::lock(path, crate::scale::LOCK_WAIT).map_err(|e| match e {
+        crate::scale::LockError::Busy => fail(
+            exit::HALTED,
+            format!(
+                "another `scale` of {shown} has held its lock for {}; the file is unchanged",
+                humantime::format_duration(crate::scale::LOCK_WAIT)
+            ),
+        ),
+        crate::scale::LockError::Io(e) => fail(exit::USAGE, format!("cannot read {shown}: {e}")),
+    })?;
+    let checked = config::check_file(path, &config::Host::detect())
         .map_err(|e| fail(exit::USAGE, e.to_string()))?;
     let Some(desired) = checked.desired else {
         return Err(fail(
@@ -364,8 +579,8 @@ pub fn scale(
     // on disk for the next start.
     let edited =
         crate::scale::edit_text(&checked.text, app, after).map_err(|m| fail(exit::INVALID, m))?;
-    let after_edit = config::check_text(&edited, &path, &config::Host::detect());
-    if !after_edit.is_valid() {
+    let after_edit = config::check_text(&edited, path, &config::Host::detect());
+    let Some(written) = after_edit.desired.as_ref() else {
         let errors: Vec<_> = after_edit
             .diagnostics
             .into_iter()
@@ -375,71 +590,32 @@ pub fn scale(
             exit::INVALID,
             format!(
                 "{app}: {after} instances would make {shown} invalid; the file is unchanged\n{}",
-                config::diagnostic::render(&shown, &edited, &errors).trim_end()
+                config::diagnostic::render(shown, &edited, &errors).trim_end()
+            ),
+        ));
+    };
+    let says = written.app(app).map(|spec| spec.instances);
+    if says != Some(after) {
+        return Err(fail(
+            exit::INVALID,
+            format!(
+                "{app}: the edit would not make {shown} say {after} instances; the file is unchanged"
             ),
         ));
     }
-    // The supervisor must be there to follow the edit.
-    ask(socket, Command::Status)?;
-    crate::scale::edit_file(&path, &checked.text, app, after)
-        .map_err(|m| fail(exit::INVALID, m))?;
-    let deadline = Instant::now() + timeout;
-    let mut shown_problems = String::new();
-    loop {
-        let status = ask_status(socket)?;
-        let Some(found) = status.apps.iter().find(|a| a.name == app) else {
-            return Err(fail(
-                exit::INVALID,
-                format!("the supervisor has no app `{app}`"),
-            ));
-        };
-        // A one-shot that completed came up and did its job.
-        let completed = found
-            .workers
-            .iter()
-            .filter(|w| w.completed_s.is_some() && w.slot < after)
-            .count() as u32;
-        if found.instances == after && found.running + completed == after {
-            print(&format!(
-                "{app}: instances {before} → {after} (edited {shown})\n"
-            ));
-            return Ok(());
-        }
-        // Not there yet: say which instances are not coming up, and why.
-        let problems: Vec<String> = found
-            .workers
-            .iter()
-            .filter(|w| {
-                w.slot < after && !matches!(w.state.as_str(), "starting" | "ready" | "stopping")
-            })
-            .map(|w| {
-                let why = w.last_exit.as_deref().unwrap_or("no exit yet");
-                format!(
-                    "  {app}.{}: {} ({why}; {} restarts)",
-                    w.slot, w.state, w.restarts
-                )
-            })
-            .collect();
-        let text = problems.join("\n");
-        if !text.is_empty() && text != shown_problems {
-            print(&format!(
-                "{app}: {} of {after} running; not coming up:\n{text}\n",
-                found.running
-            ));
-            shown_problems = text;
-        }
-        if Instant::now() > deadline {
-            return Err(fail(
-                exit::HALTED,
-                format!(
-                    "{app}: {} of {after} instances running after {}; the file says {after}",
-                    found.running,
-                    humantime::format_duration(timeout)
-                ),
-            ));
-        }
-        std::thread::sleep(POLL_INTERVAL);
-    }
+    // Atomically next to the real file (a symlinked file stays a symlink; a
+    // file with hard links or bind-mounted is written in place), keeping
+    // its mode and owner: see `crate::replace`.
+    crate::replace::replace(path, edited.as_bytes(), "scale")
+        .map_err(|e| fail(exit::INVALID, format!("cannot write {shown}: {e}")))?;
+    Ok((before, after))
+}
+
+/// How many instances of `app` the file at `path` says, if it can be read
+/// and is valid.
+fn instances_in(path: &Path, app: &str) -> Option<u32> {
+    let checked = config::check_file(path, &config::Host::detect()).ok()?;
+    Some(checked.desired?.app(app)?.instances)
 }
 
 #[cfg(test)]

@@ -68,7 +68,7 @@ pub fn ask_status(socket: &Path) -> Result<StatusReply, Failure> {
 pub fn status(socket: &Path, all: bool, json: bool) -> Result<(), Failure> {
     if json {
         let value = ask(socket, Command::Status)?;
-        print(&format!("{value:#}\n"));
+        print(&format!("{value:#}\n"))?;
         return Ok(());
     }
     let status = ask_status(socket)?;
@@ -143,20 +143,31 @@ pub fn status(socket: &Path, all: bool, json: bool) -> Result<(), Failure> {
             ]);
         }
     }
-    print(&format!("{table}\n"));
+    print(&format!("{table}\n"))?;
     // Under the table, so that they do not widen a column.
-    print(&notes);
+    print(&notes)?;
     print(&format!(
         "file {} (version {}, applied {})\n",
         status.file, status.version, status.applied_at
-    ));
+    ))?;
     if let Some(tracking) = &status.tracking {
-        print(&format!("processes tracked by {tracking}\n"));
+        print(&format!("processes tracked by {tracking}\n"))?;
+    }
+    if let Some(supervisor) = &status.supervisor {
+        let upgrades = match supervisor.upgrades {
+            0 => String::new(),
+            1 => ", upgraded once".to_string(),
+            n => format!(", upgraded {n} times"),
+        };
+        print(&format!(
+            "supervise {} (pid {}), running since {}{upgrades}\n",
+            supervisor.version, supervisor.pid, supervisor.started_at
+        ))?;
     }
     if let Some(error) = &status.config_error {
         print(&format!(
             "the last edit is invalid; still running the version before it:\n{error}"
-        ));
+        ))?;
     }
     Ok(())
 }

@@ -97,12 +97,14 @@ pub struct AppFields {
     /// Rolling replacement limits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reload: Option<Reload>,
-    /// Run as this user (only when the supervisor runs as root).
+    /// Run as this user (only when the supervisor runs as root): a name, or
+    /// a uid (a number, which needs no entry on the machine).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user: Option<String>,
-    /// Run with this group. Default: the user's primary group.
+    pub user: Option<AccountId>,
+    /// Run with this group: a name, or a gid. Default: the user's primary
+    /// group (for a uid the machine has no entry for, the same number).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub group: Option<String>,
+    pub group: Option<AccountId>,
     /// A liveness check, run every `every` once an instance is ready: after
     /// `failures` consecutive failed checks the instance is replaced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -153,6 +155,25 @@ pub struct AppFields {
     /// the in-memory rings `supervise logs` serves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log: Option<LogFile>,
+}
+
+/// `user` or `group`: a name, or a numeric id — a YAML integer, or a string
+/// of digits (`"1000"`), which is read as the number, as systemd's `User=`
+/// reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+#[schemars(extend("x-expected" = "a name such as www-data, or a number such as 1000"))]
+pub enum AccountId {
+    Id(u32),
+    Name(String),
+}
+
+impl AccountId {
+    /// Whether a written `text` is read as a number rather than a name:
+    /// digits only (no sign, no space), as systemd reads `User=`.
+    pub fn is_number(text: &str) -> bool {
+        !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
+    }
 }
 
 /// `log`: a file the app's output is written to, rotated by size.
@@ -307,7 +328,7 @@ pub enum Listen {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 #[schemars(extend(
-    "x-expected" = "an address such as \"0.0.0.0:5000\" or an {address, name, reuseport} mapping"
+    "x-expected" = "an address such as \"0.0.0.0:5000\" or an {address, name, reuseport, inject} mapping"
 ))]
 pub enum ListenEntry {
     Address(String),
@@ -328,6 +349,12 @@ pub struct SocketEntry {
     /// greedy accept loops. TCP only. Default false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reuseport: Option<bool>,
+    /// For a program that binds its port itself: preload a library into it
+    /// that hands it this socket when it binds the same address and port,
+    /// so it serves from every instance without a code change. TCP with a
+    /// fixed port only. Default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inject: Option<bool>,
 }
 
 /// `ready`: a keyword or a probe.

@@ -8,7 +8,7 @@ mod status;
 
 use serde::{Deserialize, Serialize};
 
-pub use status::{AppStatus, Rollout, ScheduleStatus, StatusReply, WorkerStatus};
+pub use status::{AppStatus, Rollout, ScheduleStatus, StatusReply, SupervisorInfo, WorkerStatus};
 
 /// The protocol version this supervisor speaks.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -31,6 +31,12 @@ pub enum Command {
     Start { target: String },
     /// Start a run of a scheduled app now.
     Trigger { app: String },
+    /// Replace the supervisor's binary, keeping every worker: `binary`, or
+    /// the path it was started from.
+    Upgrade {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        binary: Option<String>,
+    },
     /// The last lines of output, then (with `follow`) new ones as they come.
     Logs {
         #[serde(default)]

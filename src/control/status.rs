@@ -19,7 +19,23 @@ pub struct StatusReply {
     /// How escaped processes are tracked and stopped.
     #[serde(default)]
     pub tracking: Option<String>,
+    /// The supervisor itself: its version, since when it runs, how often
+    /// it was upgraded in place.
+    #[serde(default)]
+    pub supervisor: Option<SupervisorInfo>,
     pub apps: Vec<AppStatus>,
+}
+
+/// The supervisor process, for `status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SupervisorInfo {
+    pub pid: u32,
+    /// The version of the binary that runs now.
+    pub version: String,
+    /// When the supervisor started (RFC 3339): upgrades keep it.
+    pub started_at: String,
+    /// How many times `supervise upgrade` replaced its binary.
+    pub upgrades: u32,
 }
 
 impl StatusReply {

@@ -1,7 +1,7 @@
 //! One app as the core keeps it: its desired spec, its workers, and the
 //! definitions they run.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -10,14 +10,14 @@ use super::worker::State;
 use crate::spec::{AppSpec, ProcessDefinition};
 
 /// One app: its desired spec, its workers, and the definitions they run.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct App {
     pub spec: AppSpec,
     /// The version of the app's process definition; bumped by a change of it
     /// in the file and by `supervise reload`.
     pub generation: u64,
     /// The process definition of every generation a worker still runs.
-    pub definitions: HashMap<u64, Arc<ProcessDefinition>>,
+    pub definitions: BTreeMap<u64, Arc<ProcessDefinition>>,
     pub workers: Workers,
     pub rollout_halted: bool,
     /// The current generation replaces by stop-all-then-start (overlapping listen).
@@ -29,31 +29,60 @@ pub struct App {
     /// `on_dependency_restart: restart`: the processes of each dependency
     /// when they last met its condition.
     pub(super) dependency_seen:
-        HashMap<String, std::collections::BTreeSet<super::dependencies::Incarnation>>,
+        BTreeMap<String, std::collections::BTreeSet<super::dependencies::Incarnation>>,
     /// Stopping everything: removed, or shutting down with no dependent left.
     pub(super) winding_down: bool,
     /// A scheduled app's runs.
     pub runs: Option<super::schedule::Runs>,
     pub(super) dirty: bool,
+    #[serde(with = "crate::monotonic::option")]
     pub(super) wake_at: Option<Instant>,
+    /// The generation whose instance was said to serve without the socket
+    /// `inject` hands over (once per generation).
+    pub(super) inject_warned: Option<u64>,
 }
 
 impl App {
+    /// The generation said to serve without the socket `inject` hands over.
+    pub fn inject_warned(&self) -> Option<u64> {
+        self.inject_warned
+    }
+
+    /// Whether `generation` may still be said to serve without the socket
+    /// `inject` hands over, when the last said is `warned`: never said for
+    /// it, nor for a later one (an old version's worker that fails while a
+    /// new one rolls out is on its way out; once per version means at most
+    /// once). Takes the field, not the app: callers hold a worker borrowed.
+    pub(super) fn inject_unsaid(warned: Option<u64>, generation: u64) -> bool {
+        warned.is_none_or(|said| generation > said)
+    }
+
+    /// The addresses with `inject` of generation `generation`.
+    pub(super) fn inject_addresses(
+        definitions: &BTreeMap<u64, Arc<ProcessDefinition>>,
+        generation: u64,
+    ) -> Vec<String> {
+        definitions
+            .get(&generation)
+            .map_or_else(Vec::new, |d| d.inject_addresses())
+    }
+
     pub(super) fn new(spec: &AppSpec) -> App {
         App {
             spec: spec.clone(),
             generation: 1,
-            definitions: HashMap::from([(1, Arc::new(spec.process.clone()))]),
+            definitions: BTreeMap::from([(1, Arc::new(spec.process.clone()))]),
             workers: Workers::new(),
             rollout_halted: false,
             recreate: false,
             removed: false,
             gate: Default::default(),
-            dependency_seen: HashMap::new(),
+            dependency_seen: BTreeMap::new(),
             winding_down: false,
             runs: None,
             dirty: true,
             wake_at: None,
+            inject_warned: None,
         }
     }
 
@@ -118,6 +147,6 @@ impl App {
 }
 
 /// Ready, or a one-shot that completed: it serves, or it did its job.
-fn done_or_ready(worker: &super::worker::Worker) -> bool {
+pub(super) fn done_or_ready(worker: &super::worker::Worker) -> bool {
     worker.state.is_ready() || matches!(worker.state, State::Completed { .. })
 }

@@ -42,7 +42,12 @@ impl Core {
         if self.phase == Phase::ShuttingDown {
             return;
         }
-        self.emit(Action::Systemd("RELOADING=1"));
+        // Before the start is told (`READY=1`, see `startup`), an edit is
+        // part of the start: systemd hears neither half of a reload.
+        let reload_told = self.started_reported;
+        if reload_told {
+            self.emit(Action::Systemd("RELOADING=1"));
+        }
         let mut applied = desired.clone();
         for change in plan::diff(&self.desired, &desired) {
             let name = change_app(&change).to_string();
@@ -134,7 +139,9 @@ impl Core {
             trigger,
             file_version: self.file_version,
         });
-        self.emit(Action::Systemd("READY=1"));
+        if reload_told {
+            self.emit(Action::Systemd("READY=1"));
+        }
     }
 }
 

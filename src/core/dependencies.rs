@@ -21,7 +21,7 @@ use super::{App, Core, Event, Phase};
 use crate::spec::{Condition, OnDependencyRestart};
 
 /// Whether an app may start processes, as its dependencies stand.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum Gate {
     /// No dependency, or every one met.
     #[default]
@@ -51,7 +51,9 @@ impl Gate {
 /// One run of a dependency's worker, for `on_dependency_restart`: the
 /// worker and its count of processes. A one-shot that completes is still the
 /// same run; a restart, a revived worker or a new one is another.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct Incarnation {
     worker: WorkerId,
     run: u32,

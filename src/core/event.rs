@@ -79,6 +79,12 @@ pub enum Event {
     },
     /// Every wanted instance is ready (once per run).
     AllReady,
+    /// Every wanted instance's start is decided but these (`app.slot`) are
+    /// not ready: the supervisor has started (`READY=1` to systemd) without
+    /// them (once per run, instead of `READY=1` with [`Event::AllReady`]).
+    StartedPartly {
+        not_ready: Vec<String>,
+    },
     Exited {
         instance: Instance,
         pid: i32,
@@ -141,6 +147,18 @@ pub enum Event {
         pid: i32,
         uid: u32,
         expected: u32,
+    },
+    /// An instance of an app whose `listen` has `inject` became ready and
+    /// the preload library never said it handed the program a socket (once
+    /// per version of the app).
+    NotInjected {
+        instance: Instance,
+        pid: i32,
+        /// The addresses with `inject`.
+        addresses: Vec<String>,
+        /// The process exited before it was ready (the program's own
+        /// `bind()` was refused the port supervise holds, most likely).
+        before_ready: bool,
     },
     /// A liveness check failed (`counted`: not within `grace` of ready).
     CheckFailed {

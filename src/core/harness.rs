@@ -8,7 +8,7 @@ use std::time::Instant;
 use nix::sys::signal::Signal;
 
 use super::worker::Exit;
-use super::{Action, Core, Event, Input};
+use super::{Action, CheckOrder, Core, Event, Input};
 use crate::spec::{AppSpec, Desired};
 
 /// The core with a pretend shell around it.
@@ -27,6 +27,11 @@ pub struct Harness {
     /// A stop signal ends the process at once (else it lives on until
     /// the test ends it).
     pub signals_end: bool,
+    /// Every action, in order, as `Debug` writes it (what two cores fed the
+    /// same inputs must agree on).
+    pub actions: Vec<String>,
+    /// Every liveness check ordered, in order (the harness answers none).
+    pub checks: Vec<CheckOrder>,
 }
 
 impl Harness {
@@ -47,9 +52,28 @@ impl Harness {
             signals: Vec::new(),
             spawns: Vec::new(),
             signals_end: true,
+            actions: Vec::new(),
+            checks: Vec::new(),
         };
         harness.settle();
         harness
+    }
+
+    /// The same pretend shell around another core (one restored from this
+    /// one's), with nothing recorded yet.
+    pub fn around(&self, core: Core) -> Harness {
+        Harness {
+            core,
+            now: self.now,
+            next_pid: self.next_pid,
+            processes: self.processes.clone(),
+            events: Vec::new(),
+            signals: Vec::new(),
+            spawns: Vec::new(),
+            signals_end: self.signals_end,
+            actions: Vec::new(),
+            checks: Vec::new(),
+        }
     }
 
     /// Converge and answer until nothing is left: spawns succeed and run
@@ -71,6 +95,7 @@ impl Harness {
 
     fn act(&mut self, action: Action) {
         let now = self.now;
+        self.actions.push(format!("{action:?}"));
         match action {
             Action::Spawn(order) => {
                 let pid = self.next_pid;
@@ -98,6 +123,7 @@ impl Harness {
                 }
             }
             Action::Report(event) => self.events.push((now, event)),
+            Action::Check(order) => self.checks.push(order),
             _ => {}
         }
     }

@@ -25,13 +25,16 @@ pub mod event;
 mod liveness;
 pub mod process;
 pub mod reconcile;
+pub mod resume;
 pub mod schedule;
 mod shutdown;
+mod startup;
 pub mod worker;
 
 pub use app::App;
+pub use resume::STATE_VERSION;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 /// Rounds of looking at gates and reconciling within one convergence (a bug
@@ -49,6 +52,10 @@ use crate::spec::{Desired, ProcessDefinition, Readiness};
 
 /// The guard: every app is reconciled at least this often.
 pub const FULL_PASS_INTERVAL: Duration = Duration::from_secs(10);
+/// How long after its start a program of an app with `inject` has to bind
+/// its port before an instance ready without the preload library's report
+/// is said to be unreached (`not_injected`).
+pub const INJECT_GRACE: Duration = Duration::from_secs(10);
 /// Reconcile passes for one app within one convergence (a bug guard: a
 /// healthy app settles in a handful).
 pub const MAX_PASSES: usize = 64;
@@ -97,6 +104,8 @@ pub enum Input {
         watchdog: Option<WatchdogMessage>,
         /// `EXTEND_TIMEOUT_USEC=`.
         extend_timeout: Option<Duration>,
+        /// `SUPERVISE_INJECTED=`: the preload library handed over a socket.
+        injected: bool,
     },
     /// The answer to liveness check number `check` of the worker whose
     /// leader is `pid` (the answer to [`Action::Check`]).
@@ -197,6 +206,17 @@ pub enum CheckTarget {
     },
 }
 
+/// What one notify datagram said (the fields of [`Input::Notified`] the
+/// worker acts on).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    pub ready: bool,
+    pub status: Option<String>,
+    pub watchdog: Option<WatchdogMessage>,
+    pub extend_timeout: Option<Duration>,
+    pub injected: bool,
+}
+
 /// What a notify datagram said of the watchdog.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WatchdogMessage {
@@ -207,7 +227,7 @@ pub enum WatchdogMessage {
 }
 
 /// Where the supervisor is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Phase {
     Running,
     /// Stopping everything (SIGINT/SIGTERM); done when no worker is left.
@@ -224,11 +244,15 @@ struct StopHow {
 }
 
 /// The state of every app and worker, and the rules that change it.
-#[derive(Debug)]
+///
+/// It serializes whole (a re-exec hands it to the new image; instants go
+/// as CLOCK_MONOTONIC nanoseconds, [`crate::monotonic`]); the restored core
+/// is [`Core::resumed`] before use.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct Core {
     apps: IndexMap<String, App>,
     /// Leader pid → (app, worker), for every worker with a process.
-    pids: HashMap<i32, (String, WorkerId)>,
+    pids: BTreeMap<i32, (String, WorkerId)>,
     /// Leaders of stopping workers that were reaped while their group was not
     /// yet empty: the shell reports when each group empties.
     draining: BTreeSet<i32>,
@@ -239,26 +263,45 @@ pub struct Core {
     /// Counts the applied versions of the file.
     file_version: u64,
     all_ready_reported: bool,
+    /// `READY=1` was told to systemd (see [`startup`]). A state handed over
+    /// without it is of an image that told it with `all_ready`: `resumed`
+    /// takes it from there.
+    #[serde(default)]
+    started_reported: bool,
     /// The supervisor's effective uid (a notify sender must be the worker's or root).
     own_uid: u32,
+    #[serde(with = "crate::monotonic::instant")]
     last_full_pass: Instant,
     /// Decisions of the core that a worker refused: bugs, counted for tests.
     anomalies: u64,
     /// Instances found broken while running: unhealthy, over `max_memory`,
     /// silent past their watchdog.
     broken: u64,
+    /// Not kept across a re-exec: the shell takes and carries out every
+    /// action before the core is handed over, so it is empty then.
+    #[serde(skip)]
     outbox: Vec<Action>,
-    /// Starts left in this turn of the loop.
+    /// Starts left in this turn of the loop. Not kept across a re-exec: a
+    /// turn does not outlive its image, and the new one begins afresh.
+    #[serde(skip, default = "spawns_per_turn")]
     spawn_budget: usize,
     /// When the memory of instances with `max_memory` is measured next.
+    #[serde(with = "crate::monotonic::instant")]
     memory_due: Instant,
     /// The measurement out, not answered yet (its round, since when): never
     /// two at once, and the answer of one given up as lost is not taken.
+    #[serde(with = "crate::monotonic::option_pair")]
     measuring: Option<(u64, Instant)>,
     /// Counts the memory measurements ordered.
     memory_rounds: u64,
     /// The wall clock and the instant it was read at (cron schedules).
+    #[serde(with = "crate::monotonic::wall_pair")]
     wall_clock: (std::time::SystemTime, Instant),
+}
+
+/// A new turn's budget of starts (the default of a restored core).
+fn spawns_per_turn() -> usize {
+    SPAWNS_PER_TURN
 }
 
 impl Core {
@@ -271,13 +314,14 @@ impl Core {
             .collect();
         Core {
             apps,
-            pids: HashMap::new(),
+            pids: BTreeMap::new(),
             draining: BTreeSet::new(),
             next_worker: 1,
             phase: Phase::Running,
             desired: desired.clone(),
             file_version: 1,
             all_ready_reported: false,
+            started_reported: false,
             own_uid,
             last_full_pass: now,
             anomalies: 0,
@@ -413,7 +457,19 @@ impl Core {
                 status,
                 watchdog,
                 extend_timeout,
-            } => self.notified(leader, uid, ready, status, watchdog, extend_timeout, now),
+                injected,
+            } => self.notified(
+                leader,
+                uid,
+                Notice {
+                    ready,
+                    status,
+                    watchdog,
+                    extend_timeout,
+                    injected,
+                },
+                now,
+            ),
             Input::Checked {
                 pid,
                 check,
@@ -479,11 +535,11 @@ impl Core {
             });
             self.emit(Action::SweepSockets);
         }
-        self.maybe_all_ready();
+        self.maybe_started();
     }
 
     /// Reconcile every dirty app until it has nothing left to do, applying
-    /// the steps.
+    /// the steps; an app's dependencies first.
     fn reconcile_dirty(&mut self, now: Instant) {
         let dirty: Vec<String> = self
             .apps
@@ -492,65 +548,103 @@ impl Core {
             .map(|(n, _)| n.clone())
             .collect();
         for name in dirty {
-            for pass in 1.. {
-                // What an app reconciled before in this round did (a
-                // dependency stopping an instance) counts now.
-                if self
-                    .apps
-                    .get(&name)
-                    .is_some_and(|a| !a.spec.depends_on.is_empty())
-                {
-                    self.update_gate(&name);
+            self.reconcile_after_dependencies(&name, now, &mut Vec::new());
+        }
+    }
+
+    /// Reconcile `name` if it is dirty, once its dependencies are up to
+    /// date: a dependency whose own gate changes now (replaced under
+    /// `on_dependency_restart`, say) acts first, so what it stops counts
+    /// for `name`'s gate before `name` starts anything. `path`: the apps
+    /// on the way here (a cycle, which `check` refuses, ends the walk).
+    fn reconcile_after_dependencies(&mut self, name: &str, now: Instant, path: &mut Vec<String>) {
+        if path.iter().any(|on_the_way| on_the_way == name) {
+            return;
+        }
+        let dependencies: Vec<String> = self.apps.get(name).map_or_else(Vec::new, |app| {
+            app.spec.depends_on.iter().map(|d| d.app.clone()).collect()
+        });
+        path.push(name.to_string());
+        for dependency in &dependencies {
+            if self
+                .apps
+                .get(dependency)
+                .is_some_and(|a| !a.spec.depends_on.is_empty())
+            {
+                self.update_gate(dependency);
+            }
+            if self.apps.get(dependency).is_some_and(|a| a.dirty) {
+                self.reconcile_after_dependencies(dependency, now, path);
+            }
+        }
+        path.pop();
+        if self.apps.get(name).is_some_and(|a| a.dirty) {
+            self.reconcile_app(name, now);
+        }
+    }
+
+    /// Reconcile app `name` until it has nothing left to do, applying the
+    /// steps.
+    fn reconcile_app(&mut self, name: &str, now: Instant) {
+        let name = name.to_string();
+        for pass in 1.. {
+            // What an app reconciled before in this round did (a
+            // dependency stopping an instance) counts now.
+            if self
+                .apps
+                .get(&name)
+                .is_some_and(|a| !a.spec.depends_on.is_empty())
+            {
+                self.update_gate(&name);
+            }
+            let Some(app) = self.apps.get(&name) else {
+                break;
+            };
+            let may_start = self.may_start(app);
+            let Some(app) = self.apps.get_mut(&name) else {
+                break;
+            };
+            app.dirty = false;
+            let target = Target {
+                spec: &app.spec,
+                generation: app.generation,
+                rollout_halted: app.rollout_halted,
+                recreate: app.recreate,
+                winding_down: app.winding_down,
+                may_start,
+                holding: self.phase == Phase::ShuttingDown && !app.winding_down,
+            };
+            let Plan { mut steps, wake_at } = reconcile::reconcile(target, &app.workers, now);
+            // Starts beyond this turn's budget wait for the next turn,
+            // due at once.
+            let before = steps.len();
+            steps.retain(|step| match step {
+                Step::Start { .. } if self.spawn_budget == 0 => false,
+                Step::Start { .. } => {
+                    self.spawn_budget -= 1;
+                    true
                 }
-                let Some(app) = self.apps.get(&name) else {
-                    break;
-                };
-                let may_start = self.may_start(app);
-                let Some(app) = self.apps.get_mut(&name) else {
-                    break;
-                };
-                app.dirty = false;
-                let target = Target {
-                    spec: &app.spec,
-                    generation: app.generation,
-                    rollout_halted: app.rollout_halted,
-                    recreate: app.recreate,
-                    winding_down: app.winding_down,
-                    may_start,
-                    holding: self.phase == Phase::ShuttingDown && !app.winding_down,
-                };
-                let Plan { mut steps, wake_at } = reconcile::reconcile(target, &app.workers, now);
-                // Starts beyond this turn's budget wait for the next turn,
-                // due at once.
-                let before = steps.len();
-                steps.retain(|step| match step {
-                    Step::Start { .. } if self.spawn_budget == 0 => false,
-                    Step::Start { .. } => {
-                        self.spawn_budget -= 1;
-                        true
-                    }
-                    _ => true,
+                _ => true,
+            });
+            let deferred = steps.len() < before;
+            if steps.is_empty() {
+                app.wake_at = if deferred { Some(now) } else { wake_at };
+                self.report(Event::Reconciled {
+                    app: name.clone(),
+                    passes: pass,
                 });
-                let deferred = steps.len() < before;
-                if steps.is_empty() {
-                    app.wake_at = if deferred { Some(now) } else { wake_at };
-                    self.report(Event::Reconciled {
-                        app: name.clone(),
-                        passes: pass,
-                    });
-                    break;
-                }
-                if pass >= MAX_PASSES {
-                    app.wake_at = Some(now + UNSETTLED_RETRY);
-                    self.anomaly(format!(
-                        "{name}: reconcile did not settle after {MAX_PASSES} passes: {steps:?}"
-                    ));
-                    break;
-                }
-                app.dirty = true;
-                for step in steps {
-                    self.step(&name, step, now);
-                }
+                break;
+            }
+            if pass >= MAX_PASSES {
+                app.wake_at = Some(now + UNSETTLED_RETRY);
+                self.anomaly(format!(
+                    "{name}: reconcile did not settle after {MAX_PASSES} passes: {steps:?}"
+                ));
+                break;
+            }
+            app.dirty = true;
+            for step in steps {
+                self.step(&name, step, now);
             }
         }
     }
@@ -614,6 +708,7 @@ impl Core {
             Step::Check { id } => self.check(name, id, now),
             Step::CheckTimedOut { id } => self.check_timed_out(name, id, now),
             Step::WatchdogMissed { id } => self.watchdog_missed(name, id, false, now),
+            Step::InjectUnseen { id } => self.inject_unseen(name, id),
             Step::Kill { id } => {
                 let kill_timeout = app.spec.kill_timeout;
                 let Some(worker) = app.workers.get_mut(&id) else {
@@ -712,18 +807,6 @@ impl Core {
                 app: name.to_string(),
                 slot: Some(slot),
             });
-        }
-    }
-
-    /// Report `all_ready` (and tell systemd) once every wanted instance is ready.
-    fn maybe_all_ready(&mut self) {
-        if self.all_ready_reported || self.phase != Phase::Running {
-            return;
-        }
-        if self.apps.values().all(App::all_ready) {
-            self.all_ready_reported = true;
-            self.report(Event::AllReady);
-            self.emit(Action::Systemd("READY=1"));
         }
     }
 }

@@ -6,12 +6,12 @@
 //! about a process the core no longer knows (a probe that answers after the
 //! exit, a second datagram) is a no-op.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use nix::sys::signal::Signal;
 
 use super::worker::{Exit, StartError, StopEnd, WorkerId};
-use super::{Action, App, Core, Event, Instance, ReadyVia, WatchdogMessage};
+use super::{Action, App, Core, Event, INJECT_GRACE, Instance, Notice, ReadyVia};
 use crate::spec::Readiness;
 
 impl Core {
@@ -112,9 +112,25 @@ impl Core {
             return;
         };
         let started = worker.state.started();
+        // A starting process of an app with `inject` that fails before the
+        // library ever reached it: a static binary refused the port, most
+        // likely (said once per version, as `inject_unseen` does).
+        let unreached_start = matches!(worker.state, super::worker::State::Starting { .. })
+            && !worker.injected
+            && exit != Exit::Code(0)
+            && start_error.is_none()
+            && App::inject_unsaid(app.inject_warned, worker.generation)
+            && !App::inject_addresses(&app.definitions, worker.generation).is_empty();
+        let generation = worker.generation;
         let result = worker.exited(exit, start_error, now, &rules);
         let instance = Instance::of(&app.spec.name, worker);
         app.dirty = true;
+        let addresses = if unreached_start && result.is_ok() {
+            app.inject_warned = Some(generation);
+            App::inject_addresses(&app.definitions, generation)
+        } else {
+            Vec::new()
+        };
         match result {
             Ok(Some(decision)) => {
                 // The run is over: its group goes with it.
@@ -130,20 +146,28 @@ impl Core {
                     started.map_or_else(Default::default, |t| now.saturating_duration_since(t));
                 self.report(match start_error {
                     Some(error) => Event::StartFailed {
-                        instance,
+                        instance: instance.clone(),
                         pid: Some(pid),
                         error,
                         detail: None,
                         decision,
                     },
                     None => Event::Exited {
-                        instance,
+                        instance: instance.clone(),
                         pid,
                         exit,
                         ran,
                         decision,
                     },
                 });
+                if !addresses.is_empty() {
+                    self.report(Event::NotInjected {
+                        instance,
+                        pid,
+                        addresses,
+                        before_ready: true,
+                    });
+                }
             }
             // Stopping: the stop ends when the whole group is empty.
             Ok(None) => {
@@ -215,6 +239,10 @@ impl Core {
             .get(&id)
             .and_then(|w| app.definitions.get(&w.generation))
             .and_then(|d| d.watchdog);
+        let injects = app
+            .workers
+            .get(&id)
+            .is_some_and(|w| !App::inject_addresses(&app.definitions, w.generation).is_empty());
         let Some(worker) = app.workers.get_mut(&id) else {
             return;
         };
@@ -225,6 +253,14 @@ impl Core {
         worker.arm_watchdog(now, watchdog);
         app.dirty = true;
         let instance = Instance::of(&app.spec.name, worker);
+        // A program the preload library did not reach (a static binary, raw
+        // syscalls) serves nothing on the shared socket: looked at once it
+        // is ready and has had INJECT_GRACE to bind (a slow start binds after
+        // a short `ready: {delay}`).
+        if injects && !worker.injected {
+            let bound_by = started.map_or(now, |t| t + INJECT_GRACE).max(now);
+            worker.inject_check_at = Some(bound_by);
+        }
         self.report(Event::Ready {
             instance,
             pid,
@@ -233,18 +269,44 @@ impl Core {
         });
     }
 
+    /// The preload library of `inject` never said it handed the program of
+    /// worker `id` its socket, though it has been up INJECT_GRACE: said once
+    /// per version of the app.
+    pub(super) fn inject_unseen(&mut self, name: &str, id: WorkerId) {
+        let Some(app) = self.apps.get_mut(name) else {
+            return;
+        };
+        let Some(worker) = app.workers.get_mut(&id) else {
+            return;
+        };
+        worker.inject_check_at = None;
+        let generation = worker.generation;
+        let (Some(pid), false) = (worker.state.pid(), worker.injected) else {
+            return;
+        };
+        if !App::inject_unsaid(app.inject_warned, generation) {
+            return;
+        }
+        app.inject_warned = Some(generation);
+        let addresses = App::inject_addresses(&app.definitions, generation);
+        let instance = Instance::of(&app.spec.name, worker);
+        self.report(Event::NotInjected {
+            instance,
+            pid,
+            addresses,
+            before_ready: false,
+        });
+    }
+
     /// A notify datagram from the group of leader `leader`, sent by `uid`.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn notified(
-        &mut self,
-        leader: i32,
-        uid: u32,
-        ready: bool,
-        status: Option<String>,
-        watchdog: Option<WatchdogMessage>,
-        extend_timeout: Option<Duration>,
-        now: Instant,
-    ) {
+    pub(super) fn notified(&mut self, leader: i32, uid: u32, notice: Notice, now: Instant) {
+        let Notice {
+            ready,
+            status,
+            watchdog,
+            extend_timeout,
+            injected,
+        } = notice;
         let own_uid = self.own_uid;
         let Some((app, id)) = self.by_pid(leader) else {
             return;
@@ -267,6 +329,10 @@ impl Core {
             return self.report(event);
         }
         let notify_ready = app.spec.ready == Readiness::Notify;
+        if injected && let Some(worker) = app.workers.get_mut(&id) {
+            worker.injected = true;
+            worker.inject_check_at = None;
+        }
         if let Some(text) = status
             && let Some(worker) = app.workers.get_mut(&id)
         {

@@ -149,6 +149,9 @@ pub enum Step {
     CheckTimedOut { id: WorkerId },
     /// A ready worker's watchdog deadline passed.
     WatchdogMissed { id: WorkerId },
+    /// A ready worker of an app with `inject` was never said to be handed
+    /// its socket.
+    InjectUnseen { id: WorkerId },
 }
 
 /// What to do now, and when to look again if nothing happens before.
@@ -546,6 +549,13 @@ fn watch(worker: &Worker, spec: &AppSpec, checks: bool, now: Instant, plan: &mut
     let State::Ready { since: ready, .. } = worker.state else {
         return;
     };
+    if let Some(at) = worker.inject_check_at {
+        if now >= at {
+            plan.steps.push(Step::InjectUnseen { id: worker.id });
+        } else {
+            plan.wake(at);
+        }
+    }
     if let Some(watchdog) = worker.watchdog {
         if now >= watchdog.deadline {
             plan.steps.push(Step::WatchdogMissed { id: worker.id });

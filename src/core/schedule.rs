@@ -25,26 +25,27 @@ use crate::spec::{Overlap, When};
 pub const MAX_QUEUED_RUNS: u32 = 1;
 
 /// When the next tick is due.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 enum Due {
     /// `every`: on the monotonic clock.
-    At(Instant),
+    At(#[serde(with = "crate::monotonic::instant")] Instant),
     /// A cron time: on the wall clock.
     Wall(SystemTime),
 }
 
 /// How the last run of a scheduled app ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LastRun {
     /// `exit 0`, `exited with code 1`, `stopped (replaced by the next run)`.
     pub result: String,
     pub ok: bool,
     pub took: Duration,
+    #[serde(with = "crate::monotonic::instant")]
     pub ended: Instant,
 }
 
 /// The runs of one scheduled app.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Runs {
     /// `None` before the first look, and once a cron expression matches no
     /// time to come.
@@ -56,12 +57,14 @@ pub struct Runs {
     /// A run may start, or goes on.
     pub armed: bool,
     /// When the armed run's process was started.
+    #[serde(with = "crate::monotonic::option")]
     began: Option<Instant>,
     /// Runs waiting for the current one (at most [`MAX_QUEUED_RUNS`]).
     pub queued: u32,
     pub last: Option<LastRun>,
     /// When the next tick is due, on the monotonic clock (for a cron time,
     /// as the wall clock stood at the last look).
+    #[serde(with = "crate::monotonic::option")]
     pub next_at: Option<Instant>,
     /// The next cron time, for `status`.
     pub next_wall: Option<SystemTime>,

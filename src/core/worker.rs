@@ -40,7 +40,7 @@ use crate::spec::{BackoffPolicy, MaxRestarts, RestartPolicy};
 pub type WorkerId = u64;
 
 /// What happens once a stopping worker's process group is empty.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum AfterStop {
     /// The worker is no longer wanted (scale down, shutdown, replaced).
     Remove,
@@ -94,7 +94,7 @@ pub struct Refused {
 }
 
 /// One slot's line of processes for one generation of the app's definition.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Worker {
     pub id: WorkerId,
     pub slot: u32,
@@ -109,21 +109,42 @@ pub struct Worker {
     /// run; a restart is a new one).
     pub runs: u32,
     /// When the restarts inside the `max_restarts` window happened (at most `count`).
+    #[serde(with = "crate::monotonic::deque")]
     recent_restarts: VecDeque<Instant>,
     pub last_outcome: Option<Outcome>,
     /// The last `STATUS=` the current process sent over the notify socket.
     pub status_text: Option<String>,
+    /// The current process was handed a socket by the preload library of
+    /// `inject` (it said `SUPERVISE_INJECTED=`).
+    pub injected: bool,
+    /// When to say the current process was not handed its socket, unless
+    /// the library says it was before (set once it is ready).
+    #[serde(with = "crate::monotonic::option")]
+    pub inject_check_at: Option<Instant>,
     /// The liveness checks of the current process.
     pub health: Health,
     /// The watchdog of the current process, once it is ready.
     pub watchdog: Option<Watchdog>,
     /// `EXTEND_TIMEOUT_USEC=`: not ready in time only after this.
+    #[serde(with = "crate::monotonic::option")]
     pub ready_extended_to: Option<Instant>,
     /// Being replaced while it serves (unhealthy, over its memory limit).
     pub recycle: Option<Recycle>,
 }
 
 impl Worker {
+    /// Its start is decided (see `core::startup`): ready or completed, a run
+    /// that ended (without becoming ready, or after), or given up, held or
+    /// exited for good.
+    pub fn start_decided(&self) -> bool {
+        self.state.is_ready()
+            || self.last_outcome.is_some()
+            || matches!(
+                self.state,
+                State::Completed { .. } | State::Failed | State::Held | State::Exited
+            )
+    }
+
     pub fn new(id: WorkerId, slot: u32, generation: u64) -> Worker {
         Worker {
             id,
@@ -136,6 +157,8 @@ impl Worker {
             recent_restarts: VecDeque::new(),
             last_outcome: None,
             status_text: None,
+            injected: false,
+            inject_check_at: None,
             health: Health::default(),
             watchdog: None,
             ready_extended_to: None,
@@ -172,6 +195,8 @@ impl Worker {
         }
         self.runs = self.runs.saturating_add(1);
         self.status_text = None;
+        self.injected = false;
+        self.inject_check_at = None;
         // Check numbers go on across processes: a late answer meant for
         // the last one can never pass for one of this one.
         self.health = Health {

@@ -1,9 +1,10 @@
 //! Liveness checks as the real effects run them: a tcp or http check is a
 //! task that answers on a channel; an `exec` check is a process started
 //! like the worker (its cwd, environment and user) in a process group and a
-//! cgroup (or with a token) of its own — so it neither counts toward the
-//! instance's memory nor leaves anything behind — with its output on
-//! /dev/null, answered when the loop reaps it.
+//! cgroup (or with a token) of its own ([`Transient`], as an upgrade's probe
+//! is) — so it neither counts toward the instance's memory nor leaves
+//! anything behind — with its output on /dev/null, answered when the loop
+//! reaps it.
 //!
 //! One check runs per worker (the core never starts another before the
 //! last is answered or cancelled); a cancelled one is killed and never
@@ -11,14 +12,16 @@
 
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 
 use tokio::sync::mpsc;
 
 use super::CheckAnswer;
-use super::groups::{self, Groups, Placement};
+use super::groups::Groups;
 use super::probe;
 use super::spawn::{self, ExecStatus, SpawnRequest, Spawner};
+use super::transient::Transient;
+use super::undertaker::Undertaker;
 use crate::core::worker::Exit;
 use crate::core::{CheckOrder, CheckTarget};
 use crate::spec::{ProcessDefinition, Readiness, Template};
@@ -36,10 +39,8 @@ struct CheckProcess {
     /// The leader of the worker checked, and the check's number.
     worker: i32,
     check: u64,
-    /// Its exec-status pipe: why it could not run, if it could not.
-    status: OwnedFd,
     /// Its own cgroup or token: what it leaves behind is killed with it.
-    placement: Placement,
+    process: Transient,
     /// Cancelled (timed out, or its worker stops): killed, and not answered.
     cancelled: bool,
 }
@@ -47,6 +48,7 @@ struct CheckProcess {
 /// What starting an `exec` check's process needs from the effects.
 pub struct Launcher<'a> {
     pub groups: &'a mut Groups,
+    pub undertaker: &'a mut Undertaker,
     pub spawner: &'a mut Spawner,
     pub base_env: &'a [(OsString, OsString)],
     pub nofile_soft: libc::rlim_t,
@@ -141,6 +143,7 @@ impl Checks {
             base_env: launcher.base_env,
             nofile_soft: launcher.nofile_soft,
             run_token: placement.token.as_deref(),
+            inject_library: None,
         };
         let cgroup = placement.cgroup.as_ref().map(|(_, fd)| fd.as_raw_fd());
         match spawn::spawn_quiet(&request, launcher.spawner, cgroup) {
@@ -148,8 +151,7 @@ impl Checks {
                 let check = CheckProcess {
                     worker: order.pid,
                     check: order.check,
-                    status,
-                    placement,
+                    process: Transient::new(pid, status, placement, launcher.undertaker),
                     cancelled: false,
                 };
                 self.processes.insert(pid, check);
@@ -170,9 +172,8 @@ impl Checks {
             Some(Running::Process(process)) => {
                 if let Some(running) = self.processes.get_mut(&process) {
                     running.cancelled = true;
-                    // Not reaped yet (it is still in the map), so the pid is
-                    // still its group's.
-                    groups::killpg(process, libc::SIGKILL);
+                    // Not reaped yet (it is still in the map).
+                    running.process.kill();
                 }
             }
             None => {}
@@ -181,7 +182,13 @@ impl Checks {
 
     /// Child `pid` was reaped: if it was a check's process, its answer
     /// (unless cancelled) and what it left go. Whether it was one.
-    pub fn reaped(&mut self, pid: i32, exit: Exit, groups: &mut Groups) -> bool {
+    pub fn reaped(
+        &mut self,
+        pid: i32,
+        exit: Exit,
+        groups: &mut Groups,
+        undertaker: &mut Undertaker,
+    ) -> bool {
         let Some(process) = self.processes.remove(&pid) else {
             return false;
         };
@@ -190,8 +197,7 @@ impl Checks {
         if matches!(self.running.get(&process.worker), Some(Running::Process(p)) if *p == pid) {
             self.running.remove(&process.worker);
         }
-        let status = spawn::read_status(&process.status);
-        groups.discard(process.placement);
+        let status = process.process.ended(groups, undertaker);
         if !process.cancelled {
             let (passed, detail) = match (status, exit) {
                 (ExecStatus::Failed(error), _) => (false, format!("could not run: {error}")),
@@ -206,6 +212,23 @@ impl Checks {
             });
         }
         true
+    }
+
+    /// An upgrade: every check that runs is stopped, unanswered (the core
+    /// of the new image orders them again). A check's process is killed and
+    /// what it leaves goes with it; the new image reaps it as a stranger.
+    pub fn abandon(&mut self, groups: &mut Groups, undertaker: &mut Undertaker) {
+        for (_, running) in self.running.drain() {
+            if let Running::Task(task) = running {
+                task.abort();
+            }
+        }
+        for (_, check) in self.processes.drain() {
+            // Not reaped yet, so the pid is still its group's.
+            check.process.kill();
+            check.process.ended(groups, undertaker);
+        }
+        self.answers.clear();
     }
 
     /// The answers of `exec` checks since the last call.

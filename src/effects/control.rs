@@ -61,6 +61,20 @@ pub struct ControlRequest {
     pub command: Command,
     /// Reply lines (JSON, without the newline).
     pub reply: mpsc::Sender<String>,
+    /// The client's connection, open for as long as `reply` is: an upgrade
+    /// keeps it across the exec, and the new image answers on it.
+    pub connection: std::os::fd::RawFd,
+}
+
+/// The last lines of every instance, as an upgrade hands them over.
+pub type RingsState = Vec<RingState>;
+
+/// One instance's last lines.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct RingState {
+    pub app: String,
+    pub slot: u32,
+    pub lines: Vec<(SystemTime, String)>,
 }
 
 /// The last lines of every instance, and a feed of new ones.
@@ -135,6 +149,39 @@ impl LogHub {
         }
     }
 
+    /// Every ring, for an upgrade.
+    pub fn export(&self) -> RingsState {
+        let Ok(rings) = self.rings.lock() else {
+            return Vec::new();
+        };
+        rings
+            .iter()
+            .map(|((app, slot), ring)| RingState {
+                app: app.to_string(),
+                slot: *slot,
+                lines: ring.lines.iter().cloned().collect(),
+            })
+            .collect()
+    }
+
+    /// The hub with the rings the previous image kept.
+    pub fn restore(state: RingsState) -> Arc<LogHub> {
+        let hub = LogHub::new();
+        if let Ok(mut rings) = hub.rings.lock() {
+            for ring in state {
+                let bytes = ring.lines.iter().map(|(_, text)| text.len()).sum();
+                rings.insert(
+                    (ring.app.as_str().into(), ring.slot),
+                    Ring {
+                        lines: ring.lines.into(),
+                        bytes,
+                    },
+                );
+            }
+        }
+        hub
+    }
+
     /// How many rings are kept (for tests).
     pub fn rings(&self) -> usize {
         self.rings.lock().map_or(0, |rings| rings.len())
@@ -180,6 +227,28 @@ impl LogHub {
 
 /// Bind the control socket at `path` (replacing a stale one: the caller holds
 /// the lock, so no live supervisor owns it) with mode 0600.
+/// The control listener the previous image kept open (clients that
+/// connected meanwhile wait in its backlog).
+pub fn adopt(fd: std::os::fd::RawFd) -> io::Result<UnixListener> {
+    let fd = crate::upgrade::exec::adopt_fd(fd, "the control socket")?;
+    let listener = std::os::unix::net::UnixListener::from(fd);
+    listener.set_nonblocking(true)?;
+    UnixListener::from_std(listener)
+}
+
+/// Answer, from the new image, the client whose request was an upgrade:
+/// one line on its connection (kept open across the exec), then close it.
+pub fn answer_kept_client(fd: std::os::fd::RawFd, line: &str) -> io::Result<()> {
+    use std::io::Write;
+    let fd = crate::upgrade::exec::adopt_fd(fd, "the upgrading client's connection")?;
+    let mut stream = std::os::unix::net::UnixStream::from(fd);
+    stream.set_nonblocking(false)?;
+    stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
+    let mut line = line.as_bytes().to_vec();
+    line.push(b'\n');
+    stream.write_all(&line)
+}
+
 pub fn bind(path: &Path) -> io::Result<UnixListener> {
     use std::os::unix::fs::PermissionsExt;
     match std::fs::remove_file(path) {
@@ -279,6 +348,7 @@ async fn connection(
     logs: Arc<LogHub>,
 ) -> io::Result<()> {
     let uid = peer_uid(&stream)?;
+    let connection = stream.as_raw_fd();
     let (read, mut write) = stream.into_split();
     if uid != our_uid && uid != 0 {
         warn!(
@@ -335,6 +405,7 @@ async fn connection(
     let queued = requests.try_send(ControlRequest {
         command: request.command,
         reply,
+        connection,
     });
     if queued.is_err() {
         return send(

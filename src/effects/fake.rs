@@ -111,9 +111,20 @@ pub struct FakeProcess {
     pub ends: Option<(Instant, Exit)>,
     /// The other processes of its app whose group lived when it was spawned.
     pub beside_at_spawn: Vec<i32>,
+    /// A socket of its definition has `inject`.
+    pub injects: bool,
+    /// The preload library said it handed the program its socket.
+    pub injected: bool,
 }
 
 impl FakeProcess {
+    /// Whether the preload library reaches its program: every third
+    /// process (by pid) of an app with `inject` stands for a static binary
+    /// it does not.
+    pub fn reached_by_preload(&self) -> bool {
+        self.injects && self.pid % 3 != 0
+    }
+
     /// Running or stopping: not yet exited.
     pub fn is_alive(&self) -> bool {
         matches!(self.life, Life::Running | Life::Exiting { .. })
@@ -324,6 +335,10 @@ impl FakeEffects {
         self.processes.get(&pid)
     }
 
+    pub fn process_mut(&mut self, pid: i32) -> Option<&mut FakeProcess> {
+        self.processes.get_mut(&pid)
+    }
+
     pub fn processes(&self) -> impl Iterator<Item = &FakeProcess> {
         self.processes.values()
     }
@@ -343,6 +358,13 @@ impl FakeEffects {
         self.processes
             .get(&pgid)
             .is_some_and(|p| p.group_alive(self.now))
+    }
+
+    /// An upgrade's exec: what runs off the loop is lost (the liveness
+    /// checks and a memory measurement; the real effects abandon them).
+    pub fn exec_lost(&mut self) {
+        self.checks.clear();
+        self.measuring = None;
     }
 
     /// The liveness checks running: `(leader, check number)`.
@@ -443,6 +465,8 @@ impl Effects for FakeEffects {
                 spawned_at: self.now,
                 ends,
                 beside_at_spawn,
+                injects: order.definition.listen.iter().any(|l| l.inject),
+                injected: false,
             },
         );
         if matches!(order.readiness, Readiness::Probe(_)) {

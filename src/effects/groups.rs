@@ -66,6 +66,25 @@ struct Group {
     token: Option<String>,
 }
 
+/// What [`Groups`] tracks, as an upgrade hands it over.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct GroupsState {
+    pub tracking: Tracking,
+    pub groups: Vec<GroupState>,
+    pub spawns: u64,
+    pub dying: Vec<PathBuf>,
+    pub killed: Vec<i32>,
+    pub discarded: Vec<String>,
+}
+
+/// One instance's processes: its leader, its cgroup or its token.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct GroupState {
+    pub pgid: i32,
+    pub cgroup: Option<PathBuf>,
+    pub token: Option<String>,
+}
+
 /// The inotify instance that watches `cgroup.events` files.
 struct Watcher {
     inotify: Arc<Inotify>,
@@ -130,6 +149,67 @@ impl Groups {
         }
     }
 
+    /// For an upgrade: what is tracked (the inotify watches are made again).
+    pub fn export(&self) -> GroupsState {
+        GroupsState {
+            tracking: self.tracking.clone(),
+            groups: self
+                .groups
+                .iter()
+                .map(|(pgid, group)| GroupState {
+                    pgid: *pgid,
+                    cgroup: group.cgroup.clone(),
+                    token: group.token.clone(),
+                })
+                .collect(),
+            spawns: self.spawns,
+            dying: self.dying.iter().map(|(path, _)| path.clone()).collect(),
+            killed: self.killed.iter().copied().collect(),
+            discarded: self.discarded.iter().cloned().collect(),
+        }
+    }
+
+    /// What the previous image tracked, watched again.
+    pub fn restore(state: GroupsState, changed: mpsc::Sender<()>) -> Groups {
+        let mut groups = Groups::new(state.tracking, changed);
+        groups.spawns = state.spawns;
+        groups.killed = state.killed.into_iter().collect();
+        groups.discarded = state.discarded.into_iter().collect();
+        for group in state.groups {
+            let placement = Placement {
+                cgroup: None,
+                token: group.token,
+            };
+            groups.started(group.pgid, placement);
+            if let Some(cgroup) = group.cgroup {
+                groups.watch_cgroup(group.pgid, cgroup);
+            }
+        }
+        for cgroup in state.dying {
+            let watch = groups.add_watch(&cgroup);
+            groups.dying.push((cgroup, watch));
+        }
+        groups.settle();
+        groups
+    }
+
+    fn add_watch(&self, cgroup: &std::path::Path) -> Option<WatchDescriptor> {
+        let watcher = self.watcher.as_ref()?;
+        watcher
+            .inotify
+            .add_watch(&cgroup.join("cgroup.events"), AddWatchFlags::IN_MODIFY)
+            .inspect_err(|e| debug!("cannot watch {}: {e}", cgroup.display()))
+            .ok()
+    }
+
+    fn watch_cgroup(&mut self, pgid: i32, cgroup: PathBuf) {
+        let watch = self.add_watch(&cgroup);
+        if let Some(group) = self.groups.get_mut(&pgid) {
+            group.cgroup = Some(cgroup);
+            group.watch = watch;
+        }
+    }
+
     pub fn tracking(&self) -> &Tracking {
         &self.tracking
     }
@@ -141,10 +221,16 @@ impl Groups {
 
     /// Where the next process of `app.slot` goes.
     pub fn place(&mut self, app: &str, slot: u32) -> std::io::Result<Placement> {
+        self.place_as(&format!("{app}.{slot}"))
+    }
+
+    /// Where the next process named `name` goes (its cgroup: `name-N`,
+    /// below `instances/`, where the undertaker finds it).
+    pub fn place_as(&mut self, name: &str) -> std::io::Result<Placement> {
         self.spawns += 1;
         match &self.tracking {
             Tracking::Cgroups(run) => {
-                let path = run.instances.join(format!("{app}.{slot}-{}", self.spawns));
+                let path = run.instances.join(format!("{name}-{}", self.spawns));
                 std::fs::create_dir(&path)?;
                 let dir = std::fs::OpenOptions::new()
                     .read(true)
@@ -168,14 +254,7 @@ impl Groups {
     /// The process placed by `placement` started: its leader is `pgid`.
     pub fn started(&mut self, pgid: i32, placement: Placement) {
         let cgroup = placement.cgroup.map(|(path, _)| path);
-        let watch = match (&self.watcher, &cgroup) {
-            (Some(watcher), Some(path)) => watcher
-                .inotify
-                .add_watch(&path.join("cgroup.events"), AddWatchFlags::IN_MODIFY)
-                .inspect_err(|e| debug!("cannot watch {}: {e}", path.display()))
-                .ok(),
-            _ => None,
-        };
+        let watch = cgroup.as_deref().and_then(|path| self.add_watch(path));
         self.groups.insert(
             pgid,
             Group {

@@ -74,6 +74,16 @@ pub struct Endpoint {
     retry_at: Option<tokio::time::Instant>,
 }
 
+/// The endpoint as an upgrade hands it over: its listener (kept open across
+/// the exec, so a scrape in the window waits in its backlog and `:0` keeps
+/// its port) and the CPU each slot was seen to use (a counter never goes
+/// back).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct MetricsState {
+    pub listener: Option<(SocketAddr, std::os::fd::RawFd)>,
+    pub ledger: CpuLedger,
+}
+
 /// A bound listener, and the address the file gave for it (`:0` stays
 /// `:0` there, while `bound` has the real port), with the scrapes it
 /// serves (a new listener shares no reply rendered before it).
@@ -95,6 +105,50 @@ impl Endpoint {
             backoff: ACCEPT_BACKOFF_MIN,
             retry_at: None,
         }
+    }
+
+    /// For an upgrade.
+    pub fn export(&self) -> MetricsState {
+        use std::os::fd::AsRawFd;
+        MetricsState {
+            listener: self
+                .serving
+                .as_ref()
+                .map(|serving| (serving.wanted, serving.listener.as_raw_fd())),
+            ledger: self
+                .ledger
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
+        }
+    }
+
+    /// The endpoint the previous image handed over.
+    pub fn restore(
+        requests: mpsc::Sender<SnapshotRequest>,
+        state: MetricsState,
+    ) -> io::Result<Endpoint> {
+        let mut endpoint = Endpoint::new(requests);
+        endpoint.ledger = Arc::new(std::sync::Mutex::new(state.ledger));
+        if let Some((wanted, fd)) = state.listener {
+            let fd = crate::upgrade::exec::adopt_fd(fd, "the /metrics listener")?;
+            let listener = std::net::TcpListener::from(fd);
+            listener.set_nonblocking(true)?;
+            let listener = TcpListener::from_std(listener)?;
+            let bound = listener.local_addr().unwrap_or(wanted);
+            let scraper = Arc::new(Scraper {
+                requests: endpoint.requests.clone(),
+                last: tokio::sync::Mutex::new(Vec::new()),
+                ledger: endpoint.ledger.clone(),
+            });
+            endpoint.serving = Some(Listening {
+                wanted,
+                bound,
+                listener,
+                scraper,
+            });
+        }
+        Ok(endpoint)
     }
 
     /// Serve on `wanted`, the file's `metrics` address: bind it when it

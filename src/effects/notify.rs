@@ -46,6 +46,9 @@ pub struct Notification {
     pub watchdog: Option<WatchdogMessage>,
     /// `EXTEND_TIMEOUT_USEC=`.
     pub extend_timeout: Option<Duration>,
+    /// `SUPERVISE_INJECTED=FD`: the preload library of `inject` handed the
+    /// program supervise's socket.
+    pub injected: bool,
 }
 
 /// The fields of a notify message we use.
@@ -56,6 +59,7 @@ pub struct Message {
     pub status: Option<String>,
     pub watchdog: Option<WatchdogMessage>,
     pub extend_timeout: Option<Duration>,
+    pub injected: bool,
 }
 
 /// The fields of a notify message we use; unknown lines are ignored.
@@ -79,6 +83,7 @@ pub fn parse_message(bytes: &[u8]) -> Option<Message> {
             "EXTEND_TIMEOUT_USEC" => {
                 message.extend_timeout = value.parse().ok().map(Duration::from_micros);
             }
+            "SUPERVISE_INJECTED" => message.injected = true,
             _ => {}
         }
     }
@@ -122,6 +127,46 @@ impl NotifySocket {
             socket,
             env_value: format!("@{name}"),
         })
+    }
+
+    /// The socket the previous image kept open (datagrams sent meanwhile
+    /// wait in it), named `env_value` in workers' `NOTIFY_SOCKET`.
+    pub fn adopt(fd: std::os::fd::RawFd, env_value: String) -> io::Result<NotifySocket> {
+        let fd = crate::upgrade::exec::adopt_fd(fd, "the notify socket")?;
+        let socket = UnixDatagram::from(fd);
+        socket.set_nonblocking(true)?;
+        // SAFETY: as in `bind`: the AsyncFd owns the socket and its fd.
+        let socket =
+            unsafe { AsyncFd::register_with_interest(socket, tokio::io::Interest::READABLE) }
+                .map_err(|e| io::Error::other(e.to_string()))?;
+        Ok(NotifySocket { socket, env_value })
+    }
+
+    /// The datagrams waiting in the socket now, at most `limit` (after an
+    /// upgrade: those sent during the exec are taken before any deadline
+    /// is judged).
+    pub fn take_waiting(&self, limit: usize) -> Vec<Notification> {
+        let mut buffer = vec![0u8; MAX_DATAGRAM + 1];
+        let mut waiting = Vec::new();
+        let fd = self.socket.get_ref().as_raw_fd();
+        while waiting.len() < limit {
+            match receive(fd, &mut buffer) {
+                Ok(Some(notification)) => waiting.push(notification),
+                Ok(None) => {}
+                Err(error) => {
+                    if error.kind() != io::ErrorKind::WouldBlock {
+                        debug!("notify socket: {error}");
+                    }
+                    break;
+                }
+            }
+        }
+        waiting
+    }
+
+    /// Its fd, for an upgrade to keep.
+    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.socket.get_ref().as_raw_fd()
     }
 
     /// Receive until `events` closes, sending one [`Notification`] per valid datagram.
@@ -231,6 +276,7 @@ fn receive(fd: RawFd, buffer: &mut [u8]) -> io::Result<Option<Notification>> {
         status: message.status,
         watchdog: message.watchdog,
         extend_timeout: message.extend_timeout,
+        injected: message.injected,
     }))
 }
 
@@ -263,6 +309,13 @@ mod tests {
             })
         );
         assert_eq!(parse_message(b"READY=0"), Some(Message::default()));
+        assert_eq!(
+            parse_message(b"SUPERVISE_INJECTED=3"),
+            Some(Message {
+                injected: true,
+                ..Message::default()
+            })
+        );
         assert_eq!(parse_message(b"garbage without equals"), None);
         assert_eq!(parse_message(b"READY=1\xff"), None);
         let long = format!("STATUS={}", "x".repeat(1000));

@@ -48,8 +48,15 @@ pub struct LogSink {
 }
 
 impl LogSink {
-    /// Start the writer thread writing to `out`.
+    /// Start the writer thread writing to `out`, in human form.
     pub fn start(out: impl Write + Send + 'static) -> LogSink {
+        LogSink::start_as(out, LogFormat::Human { colour: false })
+    }
+
+    /// Start the writer thread writing to `out`; its own note of dropped
+    /// lines is written in `format` (a JSON record for `--log-format json`,
+    /// whose readers expect nothing else).
+    pub fn start_as(out: impl Write + Send + 'static, format: LogFormat) -> LogSink {
         let (queue, lines) = sync_channel(LOG_QUEUE_LINES);
         let dropped = Arc::new(AtomicU64::new(0));
         let queued_bytes = Arc::new(AtomicUsize::new(0));
@@ -58,7 +65,7 @@ impl LogSink {
         let backlog = (Arc::clone(&queued_bytes), Arc::clone(&queued_lines));
         let spawned = std::thread::Builder::new()
             .name("supervise-log".into())
-            .spawn(move || write_lines(lines, out, &counter, &backlog.0, &backlog.1));
+            .spawn(move || write_lines(lines, out, format, &counter, &backlog.0, &backlog.1));
         if spawned.is_err() {
             // Without a writer every line counts as dropped; nothing else breaks.
             dropped.store(1, Ordering::Relaxed);
@@ -125,6 +132,7 @@ const DROP_REPORT_INTERVAL: Duration = Duration::from_secs(1);
 fn write_lines(
     lines: Receiver<Message>,
     mut out: impl Write,
+    format: LogFormat,
     dropped: &AtomicU64,
     queued_bytes: &AtomicUsize,
     queued_lines: &AtomicUsize,
@@ -152,11 +160,7 @@ fn write_lines(
         }
         let now_dropped = dropped.load(Ordering::Relaxed);
         if now_dropped > reported && last_report.elapsed() >= DROP_REPORT_INTERVAL {
-            let note = format!(
-                "supervise | {} output lines dropped (the terminal is too slow or gone)\n",
-                now_dropped - reported
-            );
-            let _ = out.write_all(note.as_bytes());
+            let _ = out.write_all(&drop_note(now_dropped - reported, format));
             reported = now_dropped;
             last_report = std::time::Instant::now();
         }
@@ -164,13 +168,32 @@ fn write_lines(
 }
 
 /// How lines are rendered.
+/// The writer's own line saying `count` lines were dropped.
+fn drop_note(count: u64, format: LogFormat) -> Vec<u8> {
+    let message = format!("{count} output lines dropped (the terminal is too slow or gone)");
+    let mut line = match format {
+        LogFormat::Human { .. } => format!("supervise | {message}").into_bytes(),
+        LogFormat::Json => serde_json::json!({
+            "timestamp": humantime::format_rfc3339_micros(SystemTime::now()).to_string(),
+            "level": "WARN",
+            "message": message,
+            "event": "output_dropped",
+            "count": count,
+        })
+        .to_string()
+        .into_bytes(),
+    };
+    line.push(b'\n');
+    line
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
     Human { colour: bool },
     Json,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Stream {
     Stdout,
     Stderr,
@@ -239,7 +262,7 @@ pub fn render_line(source: &Source, stream: Stream, line: &[u8], format: LogForm
 }
 
 /// Splits a byte stream into lines of at most [`MAX_LINE_BYTES`].
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 pub struct LineSplitter {
     pending: Vec<u8>,
     /// Inside a line that was already cut: drop bytes up to its newline.
@@ -309,19 +332,108 @@ std::thread_local! {
 
 /// Where each line a worker prints goes.
 pub struct Outlets {
-    /// The terminal (or journal): the supervisor's own output.
     pub sink: LogSink,
-    /// The instance's ring, for `supervise logs`.
     pub logs: Arc<LogHub>,
-    /// The app's log file, when it names one.
     pub files: Arc<LogFiles>,
     pub format: LogFormat,
 }
 
-/// Read a worker's pipe until EOF, forwarding each line to its outlets. The
-/// lines of one read share its time (read once, not per line).
-pub async fn pump(fd: OwnedFd, source: Source, stream: Stream, outlets: Outlets) {
+/// One pump as an upgrade hands it over: its pipe (kept open across the
+/// exec) and the part of a line it has read.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct PumpState {
+    pub app: String,
+    pub slot: u32,
+    pub stream: Stream,
+    pub fd: std::os::fd::RawFd,
+    pub splitter: LineSplitter,
+}
+
+/// What a running pump shares with [`Pumps`]: its fd and its line buffer,
+/// so that an upgrade can take them between two of its reads.
+struct PumpShared {
+    source: Source,
+    stream: Stream,
+    fd: std::os::fd::RawFd,
+    splitter: std::sync::Mutex<LineSplitter>,
+}
+
+/// Every pump that runs. The loop and the pumps share one thread (the
+/// runtime is single-threaded), so when the loop looks, each pump is
+/// between two reads: every byte it read is in a ring or in its splitter.
+#[derive(Clone, Default)]
+pub struct Pumps {
+    running: Arc<std::sync::Mutex<Running>>,
+}
+
+/// The pumps that run, by a number given at their start (the last one given first).
+#[derive(Default)]
+struct Running(u64, std::collections::HashMap<u64, Arc<PumpShared>>);
+
+impl Pumps {
+    fn register(&self, shared: Arc<PumpShared>) -> u64 {
+        let mut running = self
+            .running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        running.0 += 1;
+        let id = running.0;
+        running.1.insert(id, shared);
+        id
+    }
+
+    fn remove(&self, id: u64) {
+        let mut running = self
+            .running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        running.1.remove(&id);
+    }
+
+    /// Every running pump's fd and partial line, for an upgrade.
+    pub fn export(&self) -> Vec<PumpState> {
+        let running = self
+            .running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        running
+            .1
+            .values()
+            .map(|pump| PumpState {
+                app: pump.source.app.to_string(),
+                slot: pump.source.slot,
+                stream: pump.stream,
+                fd: pump.fd,
+                splitter: pump
+                    .splitter
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone(),
+            })
+            .collect()
+    }
+}
+
+/// Read one of a worker's pipes until EOF, starting with what `splitter`
+/// holds (a line the previous image had begun).
+pub async fn pump(
+    fd: OwnedFd,
+    source: Source,
+    stream: Stream,
+    outlets: Outlets,
+    splitter: LineSplitter,
+    pumps: Pumps,
+) {
+    use std::os::fd::AsRawFd;
+    let shared = Arc::new(PumpShared {
+        source: source.clone(),
+        stream,
+        fd: fd.as_raw_fd(),
+        splitter: std::sync::Mutex::new(splitter),
+    });
+    let id = pumps.register(Arc::clone(&shared));
     let Ok(pipe) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
+        pumps.remove(id);
         return;
     };
     let Outlets {
@@ -330,12 +442,17 @@ pub async fn pump(fd: OwnedFd, source: Source, stream: Stream, outlets: Outlets)
         files,
         format,
     } = outlets;
-    let mut splitter = LineSplitter::default();
     let mut at = SystemTime::now();
     let emit = |line: &[u8], at: SystemTime| {
         logs.push(&source.app, source.slot, line, at);
         files.write(&source.app, source.slot, stream, line, at);
         sink.send_output(render_line(&source, stream, line, format));
+    };
+    let splitter = || {
+        shared
+            .splitter
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     };
     loop {
         if pipe.readable().await.is_err() {
@@ -345,7 +462,7 @@ pub async fn pump(fd: OwnedFd, source: Source, stream: Stream, outlets: Outlets)
             Ok(0) => Err(()),
             Ok(n) => {
                 at = SystemTime::now();
-                splitter.feed(&chunk[..n], &mut |line| emit(line, at));
+                splitter().feed(&chunk[..n], &mut |line| emit(line, at));
                 Ok(())
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(()),
@@ -355,7 +472,9 @@ pub async fn pump(fd: OwnedFd, source: Source, stream: Stream, outlets: Outlets)
             break;
         }
     }
-    splitter.finish(&mut |line| emit(line, at));
+    // Gone from the registry before its fd closes (with `pipe`).
+    pumps.remove(id);
+    splitter().finish(&mut |line| emit(line, at));
 }
 
 #[cfg(test)]
@@ -441,6 +560,19 @@ mod tests {
         }
         assert!(start.elapsed() < Duration::from_secs(2));
         assert!(sink.dropped() >= LOG_QUEUE_LINES as u64 - 1);
+    }
+
+    #[test]
+    fn the_note_of_dropped_lines_is_a_json_record_in_json_mode() {
+        let note = drop_note(7, LogFormat::Json);
+        let record: serde_json::Value = serde_json::from_slice(&note).unwrap();
+        assert_eq!(record["event"], "output_dropped");
+        assert_eq!(record["count"], 7);
+        let human = String::from_utf8(drop_note(7, LogFormat::Human { colour: true })).unwrap();
+        assert_eq!(
+            human,
+            "supervise | 7 output lines dropped (the terminal is too slow or gone)\n"
+        );
     }
 
     #[test]

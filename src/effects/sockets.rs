@@ -133,6 +133,48 @@ impl SocketRegistry {
     }
 }
 
+/// One bound socket as an upgrade hands it over: its fd is kept open
+/// across the exec.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct SocketState {
+    pub key: SocketKey,
+    pub fd: RawFd,
+    pub local: ListenAddress,
+}
+
+impl SocketRegistry {
+    /// Every socket, for an upgrade (the registry keeps owning them).
+    pub fn export(&self) -> Vec<SocketState> {
+        self.sockets
+            .iter()
+            .map(|(key, bound)| SocketState {
+                key: key.clone(),
+                fd: bound.fd.as_raw_fd(),
+                local: bound.local.clone(),
+            })
+            .collect()
+    }
+
+    /// The registry the previous image handed over.
+    pub fn restore(states: Vec<SocketState>) -> std::io::Result<SocketRegistry> {
+        let mut registry = SocketRegistry::default();
+        for state in states {
+            let fd =
+                crate::upgrade::exec::adopt_fd(state.fd, &format!("the socket {}", state.local))?;
+            registry.sockets.insert(
+                state.key,
+                Bound {
+                    fd,
+                    local: state.local,
+                },
+            );
+        }
+        // Told once per run; the previous image may have, too.
+        registry.warned_about_migration = true;
+        Ok(registry)
+    }
+}
+
 impl Drop for SocketRegistry {
     fn drop(&mut self) {
         self.retain(&HashSet::new());

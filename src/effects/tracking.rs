@@ -38,7 +38,7 @@ const TOKEN_RECORD_BYTES: usize = 64;
 const TAKE_OVER_ROUNDS: usize = 16;
 
 /// The run's cgroup tree (see [`super::cgroup`]).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct CgroupRun {
     /// The cgroup the supervisor was started in.
     pub base: PathBuf,
@@ -60,7 +60,7 @@ pub struct AlreadyRunning {
 }
 
 /// The mode, with what it needs.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub enum Tracking {
     Cgroups(CgroupRun),
     /// `SUPERVISE_RUN` tokens; `why` there are no cgroups.

@@ -43,13 +43,20 @@ pub const UNDERTAKER_ARG: &str = "__undertaker";
 pub const PIPE_CAPACITY: i32 = 1 << 20;
 /// The last line of a clean shutdown: nothing to clean up.
 const DISMISSED: &str = "!\n";
+/// `?MILLIS`: an upgrade's exec comes; unless [`TOOK_OVER`] follows within
+/// that many milliseconds, the new image is taken for hung (it is not
+/// supervising, and the signals that would stop it are held back): the
+/// supervisor process is killed and everything cleaned up, as after a crash.
+const EXPECT_TAKEOVER: &str = "?";
+/// The new image of an upgrade runs the loop.
+const TOOK_OVER: &str = ".\n";
 /// Rounds of killing the processes that carry the run token, at most…
 const TOKEN_ROUNDS: usize = 20;
 /// …this far apart.
 const TOKEN_ROUND_PAUSE: Duration = Duration::from_millis(50);
 
 /// What to clean up besides the recorded process groups.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Orders {
     /// The run's cgroup tree: `root/instances` holds every instance;
     /// `base` is where the undertaker moves to before removing the tree.
@@ -84,6 +91,16 @@ impl Orders {
             _ => None,
         }
     }
+}
+
+/// The undertaker as an upgrade hands it over.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct UndertakerState {
+    pub pid: i32,
+    /// The write end of its pipe, kept open across the exec.
+    pub pipe: std::os::fd::RawFd,
+    pub orders: Orders,
+    pub groups: BTreeSet<i32>,
 }
 
 /// The supervisor's side of the pipe.
@@ -182,6 +199,41 @@ impl Undertaker {
         self.send(&format!("-{pgid}\n"))
     }
 
+    /// For an upgrade: the pipe stays open across the exec, so the
+    /// undertaker (which keeps its own list) never sees it end.
+    pub fn export(&self) -> UndertakerState {
+        UndertakerState {
+            pid: self.pid,
+            pipe: self.pipe.as_raw_fd(),
+            orders: self.orders.clone(),
+            groups: self.groups.clone(),
+        }
+    }
+
+    /// The undertaker the previous image started.
+    pub fn restore(state: UndertakerState) -> io::Result<Undertaker> {
+        let pipe = crate::upgrade::exec::adopt_fd(state.pipe, "the undertaker's pipe")?;
+        Ok(Undertaker {
+            pipe: File::from(pipe),
+            pid: state.pid,
+            records_groups: matches!(state.orders, Orders::Token(_)),
+            orders: state.orders,
+            groups: state.groups,
+        })
+    }
+
+    /// An upgrade's exec comes: the new image must say [`Undertaker::took_over`]
+    /// within `within`. (An undertaker of an older version ignores both.)
+    pub fn expect_takeover(&mut self, within: Duration) -> io::Result<()> {
+        self.send(&format!("{EXPECT_TAKEOVER}{}\n", within.as_millis()))
+    }
+
+    /// The new image of an upgrade runs (or the exec failed and the old one
+    /// goes on).
+    pub fn took_over(&mut self) -> io::Result<()> {
+        self.send(TOOK_OVER)
+    }
+
     /// Everything stopped cleanly: tell the undertaker it has nothing to do
     /// (the supervisor tears down itself), close the pipe, and return its
     /// pid so the caller can reap it. Without the word it would clean up
@@ -189,6 +241,32 @@ impl Undertaker {
     pub fn dismiss(mut self) -> i32 {
         let _ = self.send(DISMISSED);
         self.pid
+    }
+}
+
+/// A line on our stderr (the supervisor's), which may be gone.
+fn say(message: &str) {
+    let _ = writeln!(io::stderr(), "supervise undertaker: {message}");
+}
+
+/// Whether `fd` has something to read (or its end) before `deadline`.
+fn readable_by(fd: std::os::fd::RawFd, deadline: std::time::Instant) -> bool {
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let mut poll = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let timeout = i32::try_from(left.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: one valid pollfd.
+        match unsafe { libc::poll(&mut poll, 1, timeout) } {
+            0 => return false,
+            n if n > 0 => return true,
+            _ if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => continue,
+            // A poll that cannot work: read (and block) as before.
+            _ => return true,
+        }
     }
 }
 
@@ -229,16 +307,58 @@ pub fn serve(read: OwnedFd, orders: &Orders) {
     }
     let mut groups: BTreeSet<i32> = BTreeSet::new();
     let mut dismissed = false;
+    let fd = read.as_raw_fd();
     let mut reader = BufReader::new(File::from(read));
     let mut line = String::new();
+    // When an upgrade's new image must have said it runs, and how long it
+    // was given.
+    let mut takeover: Option<(std::time::Instant, u64)> = None;
+    // SAFETY: getppid has no preconditions; our parent is the supervisor.
+    let supervisor = unsafe { libc::getppid() };
     loop {
+        if let Some((deadline, millis)) = takeover
+            && reader.buffer().is_empty()
+            && !readable_by(fd, deadline)
+        {
+            // A hung new image of the supervisor: it is killed, and what it
+            // held goes below, as after a crash.
+            // SAFETY: signalling our parent, the supervisor.
+            unsafe {
+                libc::kill(supervisor, libc::SIGKILL);
+            }
+            say(&format!(
+                "the new binary of an upgrade (pid {supervisor}) did not take over within {millis} ms: killed it and every worker"
+            ));
+            break;
+        }
         line.clear();
         match reader.read_line(&mut line) {
-            Ok(0) | Err(_) => break,
+            Ok(0) | Err(_) => {
+                if takeover.is_some() {
+                    say(&format!(
+                        "the new binary of an upgrade (pid {supervisor}) ended before it took over: killing every worker"
+                    ));
+                }
+                break;
+            }
             Ok(_) => {
                 let entry = line.trim();
                 if entry == DISMISSED.trim() {
                     dismissed = true;
+                    continue;
+                }
+                if entry == TOOK_OVER.trim() {
+                    takeover = None;
+                    continue;
+                }
+                if let Some(millis) = entry
+                    .strip_prefix(EXPECT_TAKEOVER)
+                    .and_then(|m| m.parse::<u64>().ok())
+                {
+                    takeover = Some((
+                        std::time::Instant::now() + Duration::from_millis(millis),
+                        millis,
+                    ));
                     continue;
                 }
                 match (

@@ -61,6 +61,9 @@ pub struct Loaded {
     /// What the file is now (for the supervisor's claim on the runtime
     /// directory); for a file that is not there, only its place.
     pub identity: Option<FileIdentity>,
+    /// The content hash of what was read (valid or not): an upgrade hands
+    /// it to the next image, whose loader starts from it.
+    pub hash: Option<[u8; 32]>,
 }
 
 /// What reading and checking found.
@@ -100,6 +103,12 @@ impl Rereader {
     /// Read and check the file even if unchanged (SIGHUP). Never blocks.
     pub fn reread(&self) {
         self.requested.store(true, Ordering::SeqCst);
+        let _ = self.wake.try_send(());
+    }
+
+    /// Read the file, and apply it if it changed (after an upgrade: an
+    /// edit made during the exec). Never blocks.
+    pub fn look(&self) {
         let _ = self.wake.try_send(());
     }
 }
@@ -226,7 +235,7 @@ impl FileWatcher {
                     if identity.is_some() {
                         last_identity.clone_from(&identity);
                     }
-                    if send(loaded, trigger, load, identity).is_err() {
+                    if send(loaded, trigger, load, identity, None).is_err() {
                         return;
                     }
                     continue;
@@ -238,7 +247,7 @@ impl FileWatcher {
                 if identity.is_some() && identity != last_identity {
                     last_identity.clone_from(&identity);
                     let trigger = "the file was replaced";
-                    if send(loaded, trigger, Load::Unchanged, identity).is_err() {
+                    if send(loaded, trigger, Load::Unchanged, identity, None).is_err() {
                         return;
                     }
                 }
@@ -262,7 +271,7 @@ impl FileWatcher {
             if identity.is_some() {
                 last_identity.clone_from(&identity);
             }
-            if send(loaded, trigger, load, identity).is_err() {
+            if send(loaded, trigger, load, identity, Some(hash)).is_err() {
                 return;
             }
         }
@@ -289,12 +298,14 @@ fn send(
     trigger: &str,
     load: Load,
     identity: Option<FileIdentity>,
+    hash: Option<[u8; 32]>,
 ) -> Result<(), ()> {
     loaded
         .blocking_send(Loaded {
             trigger: trigger.to_string(),
             load,
             identity,
+            hash,
         })
         .map_err(|_| ())
 }

@@ -12,6 +12,7 @@ use super::dependencies::{
 use super::{Violation, World};
 use crate::core::worker::{AfterStop, State, WorkerId};
 use crate::core::{App, Core, Phase};
+use crate::effects::Effects;
 use crate::effects::fake::Life;
 use crate::spec::{ReloadLimits, When};
 use crate::supervisor::{Event, GROUP_POLL_INTERVAL};
@@ -180,7 +181,9 @@ impl World {
         let found = self
             .spawn_violation()
             .or_else(|| self.signal_violation())
-            .or_else(|| self.gate_violation());
+            .or_else(|| self.gate_violation())
+            .or_else(|| self.inject_violation())
+            .or_else(|| self.systemd_violation());
         let fake = self.supervisor.effects();
         if let Some(last) = fake.spawned_since(self.unseen_pid).last() {
             self.unseen_pid = last.pid + 1;
@@ -189,6 +192,89 @@ impl World {
         if self.witnessed.is_none() {
             self.witnessed = found.map(Violation);
         }
+    }
+
+    /// What systemd was told since the last look keeps to `READY=1`
+    /// (RELOADING=1 READY=1)*, each reload whole within one event; and when
+    /// the start is told, every wanted slot of an app free to start has had
+    /// its start decided: a ready or completed worker, or one whose run
+    /// ended, or one given up, held or exited (from the workers, not the
+    /// core's own account).
+    fn systemd_violation(&mut self) -> Option<String> {
+        let told = &self.supervisor.effects().systemd;
+        let unread: Vec<String> = told[self.told.read.min(told.len())..].to_vec();
+        self.told.read = told.len();
+        for message in unread {
+            match (message.as_str(), self.told.started, self.told.reloading) {
+                ("READY=1", false, _) => {
+                    self.told.started = true;
+                    if let Some(slot) = undecided(self.supervisor.core()) {
+                        return Some(format!(
+                            "systemd was told READY=1 while {slot} had not had its start"
+                        ));
+                    }
+                }
+                ("READY=1", true, true) => self.told.reloading = false,
+                ("RELOADING=1", true, false) => self.told.reloading = true,
+                ("READY=1" | "RELOADING=1", _, _) => {
+                    return Some(format!(
+                        "systemd was told {message} out of turn (started {}, reloading {}): {told:?}",
+                        self.told.started, self.told.reloading
+                    ));
+                }
+                _ => {}
+            }
+        }
+        self.told
+            .reloading
+            .then(|| format!("a reload told to systemd was left open: {told:?}"))
+    }
+
+    /// An app said to serve without the socket `inject` hands over
+    /// (`not_injected`) has, in the version named, a process the library
+    /// did not reach that has been up INJECT_GRACE; and an app is said so
+    /// at most once per version (a new value is always a later version).
+    fn inject_violation(&mut self) -> Option<String> {
+        let core = self.supervisor.core();
+        let fake = self.supervisor.effects();
+        let now = fake.now();
+        for app in core.apps() {
+            let name = &app.spec.name;
+            let warned = app.inject_warned();
+            let before = self.inject_warned.get(name).copied().flatten();
+            if warned == before {
+                continue;
+            }
+            // None again: the app was removed and added anew.
+            let Some(generation) = warned else {
+                continue;
+            };
+            if before.is_some_and(|b| b >= generation) {
+                return Some(format!(
+                    "{name}: `not_injected` said for generation {generation} after {before:?}"
+                ));
+            }
+            // Unreached for the whole grace, or ended before it was ready.
+            let culprit = fake.processes().any(|p| {
+                p.app == *name
+                    && p.generation == generation
+                    && p.injects
+                    && !p.injected
+                    && (now.saturating_duration_since(p.spawned_at) >= crate::core::INJECT_GRACE
+                        || !p.is_alive())
+            });
+            if !culprit {
+                return Some(format!(
+                    "{name}: `not_injected` said for generation {generation}, but no process of it went {:?} without the library's report, nor ended unreached",
+                    crate::core::INJECT_GRACE
+                ));
+            }
+        }
+        self.inject_warned = core
+            .apps()
+            .map(|a| (a.spec.name.clone(), a.inject_warned()))
+            .collect();
+        None
     }
 
     fn spawn_violation(&self) -> Option<String> {
@@ -569,6 +655,12 @@ impl World {
                 "apps differ from the file after the quiet time".into(),
             ));
         }
+        if !self.told.started {
+            return Err(Violation(
+                "every start is decided after the quiet time, and systemd was never told READY=1"
+                    .into(),
+            ));
+        }
         Ok(())
     }
 
@@ -664,6 +756,22 @@ impl World {
         }
         Ok(())
     }
+}
+
+/// The first wanted slot (`app.slot`) of an app free to start that has no
+/// worker whose start is decided.
+fn undecided(core: &Core) -> Option<String> {
+    core.apps()
+        .filter(|app| !app.removed && app.spec.schedule.is_none() && app.gate.is_open())
+        .find_map(|app| {
+            (0..app.spec.instances)
+                .find(|slot| {
+                    !app.workers
+                        .values()
+                        .any(|w| w.slot == *slot && w.start_decided())
+                })
+                .map(|slot| format!("{}.{slot}", app.spec.name))
+        })
 }
 
 /// Whether the stop of the worker led by `pgid` takes its instance away

@@ -95,6 +95,24 @@ pub struct World {
     unseen_signal: usize,
     /// The steps taken, for a failure's report.
     pub trace: Vec<Step>,
+    /// How many times the supervisor upgraded itself (state written out and
+    /// read back) in this schedule.
+    pub upgrades: u64,
+    /// Per app, the generation last seen said to serve without the socket
+    /// `inject` hands over.
+    inject_warned: HashMap<String, Option<u64>>,
+    /// What systemd was told, as far as [`World::witness`] has read it: the
+    /// count of messages read, whether the start was told, and whether a
+    /// reload is open.
+    told: Told,
+}
+
+/// What [`World::witness`] has read of the messages to systemd.
+#[derive(Debug, Default)]
+struct Told {
+    read: usize,
+    started: bool,
+    reloading: bool,
 }
 
 /// An app for the simulation: `sleep`-like, small timeouts so simulated time
@@ -178,6 +196,9 @@ impl World {
             unseen_pid: 0,
             unseen_signal: 0,
             trace: Vec::new(),
+            upgrades: 0,
+            inject_warned: HashMap::new(),
+            told: Told::default(),
         };
         world.witness();
         world.deliver();
@@ -216,11 +237,27 @@ impl World {
         for _ in 0..MAX_TICKS {
             let reports = self.fake().due_exec_reports();
             if !reports.is_empty() {
+                // A program the preload library reaches says so as it binds,
+                // right after its exec.
+                let binding: Vec<i32> = reports
+                    .iter()
+                    .filter(|(_, status)| *status == crate::effects::spawn::ExecStatus::Succeeded)
+                    .map(|(pid, _)| *pid)
+                    .filter(|pid| {
+                        self.supervisor
+                            .effects()
+                            .process(*pid)
+                            .is_some_and(|p| p.reached_by_preload())
+                    })
+                    .collect();
                 self.handle_all(
                     reports
                         .into_iter()
                         .map(|(pid, status)| Event::ExecStatus { pid, status }),
                 );
+                for pid in binding {
+                    self.report_injected(pid);
+                }
                 continue;
             }
             let mut reaped = false;
@@ -359,6 +396,25 @@ impl World {
             status: Some("serving".into()),
             watchdog,
             extend_timeout,
+            injected: false,
+        }));
+    }
+
+    /// The preload library in process `pid` handed it its socket.
+    fn report_injected(&mut self, pid: i32) {
+        if let Some(process) = self.fake().process_mut(pid) {
+            process.injected = true;
+        }
+        self.handle(Event::Notified(Notification {
+            sender_pid: pid,
+            sender_uid: UID,
+            sender_pgid: Some(pid),
+            ready: false,
+            stopping: false,
+            status: None,
+            watchdog: None,
+            extend_timeout: None,
+            injected: true,
         }));
     }
 
@@ -420,6 +476,7 @@ impl World {
                 diagnostics: String::new(),
             },
             identity: None,
+            hash: None,
         }));
         if self.supervisor.core().phase() == Phase::Running {
             self.desired = self.supervisor.core().desired().clone();

@@ -131,7 +131,23 @@ pub enum Edit {
     },
 }
 
+/// A wait of a multiple of this many milliseconds is preceded by an upgrade.
+const UPGRADE_EVERY_FIFTH: u64 = 5;
+
 impl World {
+    /// The supervisor upgrades itself: its state is written out and read
+    /// back (as across the exec), what the exec loses is lost, and what
+    /// exited meanwhile is reaped by the new image.
+    fn upgrade(&mut self) -> Result<(), Violation> {
+        self.fake().exec_lost();
+        self.upgrades += 1;
+        self.supervisor
+            .round_trip()
+            .map_err(|e| Violation(format!("the state does not survive an upgrade: {e}")))?;
+        self.handle(Event::ChildExited);
+        Ok(())
+    }
+
     /// Take one step of a schedule, then check the invariants.
     pub fn step(&mut self, step: Step) -> Result<(), Violation> {
         self.trace.push(step.clone());
@@ -150,7 +166,14 @@ impl World {
                 | Step::MemoryAnswer { over: None }
         );
         match step {
-            Step::Wait(millis) => self.advance(Duration::from_millis(millis)),
+            Step::Wait(millis) => {
+                // One wait in five is preceded by an upgrade, decided from
+                // the number already drawn: every seed replays its draws.
+                if millis % UPGRADE_EVERY_FIFTH == 0 {
+                    self.upgrade()?;
+                }
+                self.advance(Duration::from_millis(millis));
+            }
             Step::Crash { process, code } => {
                 let live = self.live();
                 if !live.is_empty() {
@@ -245,6 +268,7 @@ impl World {
                     summary: "1 error".into(),
                 },
                 identity: None,
+                hash: None,
             })),
             Step::Sigterm => self.signal(Event::Terminate),
             Step::Sigint => self.signal(Event::Interrupt),

@@ -21,6 +21,8 @@ impl<E: Effects> Supervisor<E> {
             Command::Stop { target } => Order::Hold { target },
             Command::Start { target } => Order::Release { target },
             Command::Trigger { app } => Order::Trigger { app },
+            // Carried out by the loop (it replaces the whole process).
+            Command::Upgrade { .. } => return error_reply("an upgrade is carried out by the loop"),
             // Served by the control task itself, from the log hub.
             Command::Logs { .. } => return error_reply("logs are served by the control socket"),
         };

@@ -26,6 +26,8 @@ pub mod report;
 pub mod run;
 mod shutdown;
 mod status;
+pub mod upgrade;
+pub mod upgrading;
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;

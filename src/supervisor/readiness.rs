@@ -67,6 +67,7 @@ impl<E: Effects> Supervisor<E> {
                 status: notification.status,
                 watchdog: notification.watchdog,
                 extend_timeout: notification.extend_timeout,
+                injected: notification.injected,
             },
             now,
         );

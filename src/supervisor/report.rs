@@ -135,6 +135,11 @@ pub fn event(event: &Event, shown: &str) {
             "{} is ready (pid {pid}, after {}, by {})", label(instance), short_duration(*after), via.name()
         ),
         Event::AllReady => info!(event = "all_ready", "every instance is ready"),
+        Event::StartedPartly { not_ready } => warn!(
+            event = "started_partly", not_ready = ?not_ready,
+            "started, but not every instance is ready: {} (each has had its start; they restart as their app says; under systemd, READY=1 is sent now)",
+            not_ready.join(", ")
+        ),
         Event::Exited {
             instance,
             pid,
@@ -264,6 +269,29 @@ pub fn event(event: &Event, shown: &str) {
             app = %app, pid,
             "notify datagram for {app} from uid {uid}, not the worker's uid {expected}; ignored"
         ),
+        Event::NotInjected {
+            instance,
+            pid,
+            addresses,
+            before_ready,
+        } => {
+            let when = if *before_ready {
+                "exited before it was ready, and its program never bound"
+            } else {
+                "is ready but its program never bound"
+            };
+            warn!(
+                event = "not_injected", app = %instance.app, slot = instance.slot, pid,
+                generation = instance.generation, addresses = %addresses.join(" "), before_ready,
+                "{} {when} {} through libc's bind(): the preload library of `inject` did not reach it \
+                 (a static binary, as Go and musl builds are, a program with file capabilities, or one that makes raw syscalls; \
+                 its own bind() of the port supervise holds fails with EADDRINUSE); have it take its socket from the fd \
+                 supervise passes (3 for the first `listen` address, as LISTEN_FDS and LISTEN_FDNAMES say; see README) \
+                 and drop `inject` (a program that already does, as gunicorn, needs no `inject`)",
+                label(instance),
+                addresses.join(", ")
+            );
+        }
         Event::CheckFailed {
             instance,
             pid,

@@ -106,6 +106,7 @@ impl<E: Effects> Supervisor<E> {
             applied_at: humantime::format_rfc3339_seconds(self.applied_at).to_string(),
             config_error: self.config_error.clone(),
             tracking: None,
+            supervisor: None,
             apps,
         }
     }

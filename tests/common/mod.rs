@@ -65,6 +65,16 @@ impl Supervised {
         Supervised::launch(dir, wrapper, args)
     }
 
+    /// Like [`Supervised::start`], run as `program` (relative to the test's
+    /// directory, made there by `prepare`: a symlink to the binary, say).
+    pub fn start_as(yaml: &str, program: &str, prepare: impl FnOnce(&Path)) -> Supervised {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("ecosystem.yaml"), yaml).expect("write ecosystem.yaml");
+        prepare(dir.path());
+        let program = dir.path().join(program);
+        Supervised::launch_program(dir, &program, &[], &[], true)
+    }
+
     /// Like [`Supervised::start`], but the lines workers print are not kept
     /// as events (a flood of them would fill the test's memory).
     pub fn start_dropping_output(yaml: &str, prepare: impl FnOnce(&Path)) -> Supervised {
@@ -93,17 +103,26 @@ impl Supervised {
         args: &[&str],
         keep_output: bool,
     ) -> Supervised {
+        Supervised::launch_program(dir, &binary(), wrapper, args, keep_output)
+    }
+
+    fn launch_program(
+        dir: tempfile::TempDir,
+        binary: &Path,
+        wrapper: &[&str],
+        args: &[&str],
+        keep_output: bool,
+    ) -> Supervised {
         let runtime = runtime_dir(dir.path());
         let stderr_path = dir.path().join("supervise.stderr");
         let stderr = std::fs::File::create(&stderr_path).expect("stderr file");
-        let binary = binary();
         let mut command = match wrapper.split_first() {
             Some((program, wrapper_args)) => {
                 let mut command = Command::new(program);
-                command.args(wrapper_args).arg(&binary);
+                command.args(wrapper_args).arg(binary);
                 command
             }
-            None => Command::new(&binary),
+            None => Command::new(binary),
         };
         let mut child = command
             .current_dir(dir.path())
@@ -337,6 +356,53 @@ pub fn with_argument(arg: &str) -> std::collections::BTreeSet<i32> {
         .unwrap_or_default()
 }
 
+/// An app whose two instances each leave two `sleep`s in their group: what
+/// [`sigkill_leaves_nothing`] kills the supervisor of.
+pub const FAMILY: &str = r#"
+apps:
+  family:
+    command: [sh, -c, "sleep 1000 & sleep 1000 & echo up; wait"]
+    instances: 2
+    ready: none
+"#;
+
+/// SIGKILL the supervisor of [`FAMILY`] (both instances up): every process
+/// of its tree — the undertaker, the shells, their sleeps — must be gone
+/// within 5 s.
+pub fn sigkill_leaves_nothing(s: &mut Supervised) {
+    let tree = descendants_of(s.pid());
+    assert!(tree.len() >= 7, "undertaker, 2 shells, 4 sleeps: {tree:?}");
+    s.signal(libc::SIGKILL);
+    let start = Instant::now();
+    let all_gone = eventually(Duration::from_secs(5), || tree.iter().all(|p| is_gone(*p)));
+    println!(
+        "the whole tree was gone {:?} after SIGKILL",
+        start.elapsed()
+    );
+    let left: Vec<i32> = tree.iter().copied().filter(|p| !is_gone(*p)).collect();
+    assert!(all_gone, "survivors: {left:?}");
+}
+
+/// How long ago process `pid` started (from /proc: its start time in
+/// clock ticks since boot, against the uptime); `None` once it is gone.
+pub fn age(pid: i32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+    // Field 22 of stat; the first after the name is field 3.
+    let started_ticks: f64 = fields.get(19)?.parse().ok()?;
+    let uptime: f64 = std::fs::read_to_string("/proc/uptime")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some(Duration::from_secs_f64(
+        (uptime - started_ticks / ticks).max(0.0),
+    ))
+}
+
 /// The child of `pid` running with `arg` (a helper: `__spawner`, `__undertaker`).
 pub fn child_with_argument(pid: i32, arg: &str) -> Option<i32> {
     children_of(pid)
@@ -498,4 +564,79 @@ pub fn require_root() {
         0,
         "this test needs root: run it as root (cargo test -- --ignored)"
     );
+}
+
+/// `text` as a regex that matches it literally (for insta's path filters).
+pub fn regex_escape(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            if "\\.+*?()|[]{}^$".contains(c) {
+                vec!['\\', c]
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
+}
+
+/// Run the command `make` builds with its stdout on /dev/full, then closed
+/// (`>&-`): each run must exit 1 saying why (`cannot write to standard
+/// output: …`), without a panic. Their stderr, to assert more on.
+pub fn assert_unwritable_stdout_is_an_error(make: impl Fn() -> Command) -> Vec<String> {
+    use std::os::unix::process::CommandExt;
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full opens");
+    let mut on_full = make();
+    on_full.stdout(full);
+    let mut closed = make();
+    // SAFETY: only close(2), async-signal-safe, between fork and exec.
+    unsafe {
+        closed.pre_exec(|| {
+            libc::close(1);
+            Ok(())
+        });
+    }
+    [
+        (on_full, "No space left on device"),
+        (closed, "Bad file descriptor"),
+    ]
+    .into_iter()
+    .map(|(mut command, reason)| {
+        let output = command.output().expect("the command runs");
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert_eq!(output.status.code(), Some(1), "{reason}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "error: cannot write to standard output: {reason}\n"
+            )) && !stderr.contains("panicked"),
+            "{stderr}"
+        );
+        stderr
+    })
+    .collect()
+}
+
+/// Run `command` into `head -1`, which leaves after the first line: its
+/// exit code and stderr, and the line.
+pub fn into_head(mut command: Command) -> (Option<i32>, String, String) {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the command starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let head = Command::new("head")
+        .arg("-1")
+        .stdin(stdout)
+        .output()
+        .expect("head runs");
+    let output = child.wait_with_output().expect("the command ends");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+        String::from_utf8_lossy(&head.stdout).into_owned(),
+    )
 }

@@ -33,6 +33,7 @@ pub(crate) fn reply(apps: &[(&str, Vec<WorkerStatus>)]) -> StatusReply {
         applied_at: "2026-12-01T20:00:00Z".to_string(),
         config_error: None,
         tracking: None,
+        supervisor: None,
         apps: apps
             .iter()
             .map(|(name, workers)| AppStatus {

@@ -286,6 +286,13 @@ pub(super) fn resolve_size(
     None
 }
 
+/// `text` in bytes as `max_memory` and `log.max_size` read it, or `None`
+/// when `check` would refuse it as a size (zero is a size here: the fields
+/// refuse it themselves).
+pub fn size_in_bytes(text: &str) -> Option<u64> {
+    parse_size(text).ok()
+}
+
 /// Why a size could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum SizeError {

@@ -41,9 +41,9 @@ impl AppContext<'_> {
         let mut specs = Vec::new();
         let mut names = HashSet::new();
         for (entry, entry_path) in entries {
-            let (name, address, address_path, reuseport) = match entry {
+            let (name, address, address_path, reuseport, inject) = match entry {
                 raw::ListenEntry::Address(address) => {
-                    (self.name.to_string(), address, entry_path, false)
+                    (self.name.to_string(), address, entry_path, false, false)
                 }
                 raw::ListenEntry::Socket(socket) => {
                     let mut name_path = entry_path.clone();
@@ -66,6 +66,7 @@ impl AppContext<'_> {
                         socket.address,
                         address_path,
                         socket.reuseport.unwrap_or(false),
+                        socket.inject.unwrap_or(false),
                     )
                 }
             };
@@ -80,15 +81,38 @@ impl AppContext<'_> {
                         .error(&address_path, "`reuseport` needs a fixed port")
                         .help("every instance binds its own socket to the same port, so port 0 (any free port) cannot work");
                 }
+                Ok(ListenAddress::Unix(_)) if inject => {
+                    reporter
+                        .error(&address_path, "`inject` works with TCP addresses only")
+                        .help("a program that binds a unix socket itself cannot be handed ours: drop `inject: true`, or listen on IP:PORT");
+                }
+                Ok(ListenAddress::Tcp(address)) if inject && address.port() == 0 => {
+                    reporter
+                        .error(&address_path, "`inject` needs a fixed port")
+                        .help("the program is handed this socket when it binds the same port, so write the port it binds");
+                }
                 Ok(address) => specs.push(ListenSpec {
                     name,
                     address,
                     reuseport,
+                    inject,
                 }),
                 Err((message, help)) => {
                     reporter.error(&address_path, message).help(help);
                 }
             }
+        }
+        let injected = specs.iter().filter(|s| s.inject).count();
+        if injected > crate::effects::inject::MAX_INJECTED_SOCKETS {
+            reporter
+                .error(
+                    &path,
+                    format!(
+                        "{injected} sockets with `inject` is more than the limit of {}",
+                        crate::effects::inject::MAX_INJECTED_SOCKETS
+                    ),
+                )
+                .help("the preload library hands over at most that many sockets to one program");
         }
         specs
     }

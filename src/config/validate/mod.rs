@@ -35,9 +35,12 @@ use super::diagnostic::{PathSeg, Reporter};
 use super::raw::{self, AppFields, EcosystemFile};
 pub use crate::host::Host;
 use crate::spec::{AppSpec, Desired, ListenSpec, ProcessDefinition, defaults};
+pub use health::size_in_bytes;
 pub use listen::parse_host_port;
 pub use policy::parse_signal;
+pub use process::valid_env_name;
 pub use ready::parse_http_url;
+pub use schedule::cron_problem;
 
 /// Fields the structure check found broken and set aside, as `(scope, field)`
 /// where scope is an app's name or `defaults`. Validation of the rest must not
@@ -66,7 +69,19 @@ const RESERVED_ALWAYS: &[&str] = &[
     "LISTEN_PID",
     "LISTEN_FDNAMES",
     "NOTIFY_SOCKET",
+    "SUPERVISE_INJECT_FDS",
+    "SUPERVISE_INJECT_REPORT",
 ];
+
+/// Whether supervise sets `name` itself in the environment of a worker of
+/// an app with `listen` (PORT), `user` (HOME, USER, LOGNAME) or `watchdog`
+/// (WATCHDOG_*): `env` may not set it, and an `env_file` value is overridden.
+pub fn reserved_env_name(name: &str, has_listen: bool, has_user: bool, has_watchdog: bool) -> bool {
+    RESERVED_ALWAYS.contains(&name)
+        || (has_listen && name == "PORT")
+        || (has_user && matches!(name, "HOME" | "USER" | "LOGNAME"))
+        || (has_watchdog && matches!(name, "WATCHDOG_USEC" | "WATCHDOG_PID"))
+}
 
 /// The longest `sun_path` (108 bytes, including the terminating NUL).
 const MAX_UNIX_PATH: usize = 107;
@@ -208,6 +223,14 @@ impl AppContext<'_> {
         let instances = self.resolve_instances(reporter);
         self.check_scheduled_instances(reporter);
         let identity = self.resolve_identity(reporter);
+        if identity.is_some()
+            && listen.iter().any(|l| l.inject)
+            && let Some((_, path)) = self.pick("user", |f| f.user.as_ref())
+        {
+            reporter
+                .error(&path, "`inject` cannot be used with `user` yet")
+                .help("the preload library lives in supervise's private runtime directory, which another user cannot read: run the app as supervise's user, or have it take its socket from fd 3");
+        }
         let watchdog = self.resolve_watchdog(reporter);
         let env = self.resolve_env(
             !listen.is_empty(),

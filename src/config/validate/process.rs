@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 
 use indexmap::IndexMap;
 
-use super::{AppContext, RESERVED_ALWAYS, command_templates, join_clean, key};
-use crate::config::diagnostic::Reporter;
+use super::{AppContext, command_templates, join_clean, key, reserved_env_name};
+use crate::config::diagnostic::{PathSeg, Reporter};
 use crate::config::envfile;
 use crate::config::raw;
-use crate::host::find_program;
+use crate::host::{Account, find_program};
 use crate::spec::{Identity, Template};
 
 impl AppContext<'_> {
@@ -34,10 +34,18 @@ impl AppContext<'_> {
         Some(absolute)
     }
 
+    /// `user` and `group` as the uid, gid, groups, name and home a worker
+    /// gets, looked up here (never at spawn). A numeric `user` is written as
+    /// systemd's `User=` reads one, and is the machine's entry for that uid
+    /// when there is one (its name, home and primary group, as for a name).
+    /// Unlike systemd, which starts no unit for a uid without an entry, a
+    /// bare uid is taken as it is — the group given or the same number,
+    /// home `/`, and the number as its name — so a file written for another
+    /// machine (a container's uid, an export) checks and runs.
     pub(super) fn resolve_identity(&self, reporter: &mut Reporter) -> Option<Identity> {
         let user = self.pick("user", |f| f.user.as_ref());
         let group = self.pick("group", |f| f.group.as_ref());
-        let (user_name, user_path) = match (user, group) {
+        let (user_value, user_path) = match (user, group.clone()) {
             (Some(user), _) => user,
             (None, Some(_)) if self.broken("user") => return None,
             (None, Some((_, group_path))) => {
@@ -48,60 +56,95 @@ impl AppContext<'_> {
             }
             (None, None) => return None,
         };
-        let account = match self.host.accounts.user(&user_name) {
-            Ok(Some(account)) => account,
-            Ok(None) => {
-                reporter.error(
-                    &user_path,
-                    format!("no user named `{user_name}` on this machine"),
-                );
-                return None;
-            }
-            Err(error) => {
-                reporter.error(
-                    &user_path,
-                    format!("cannot look up user `{user_name}`: {error}"),
-                );
-                return None;
-            }
+        let user = account_id(&user_value, IdKind::User, &user_path, reporter);
+        let group =
+            group.map(|(value, path)| (account_id(&value, IdKind::Group, &path, reporter), path));
+        let user = user?;
+        let group = match group {
+            Some((Some(group), path)) => Some((group, path)),
+            Some((None, _)) => return None,
+            None => None,
         };
-        let mut gid = account.gid;
-        if let Some((group_name, group_path)) = self.pick("group", |f| f.group.as_ref()) {
-            match self.host.accounts.group(&group_name) {
-                Ok(Some(found)) => gid = found,
+        // Whether the machine has an entry for the user, and the account.
+        let (account, entry) = match &user {
+            Named::Name(name) => match self.host.accounts.user(name) {
+                Ok(Some(account)) => (account, true),
                 Ok(None) => {
-                    reporter.error(
-                        &group_path,
-                        format!("no group named `{group_name}` on this machine"),
-                    );
+                    reporter
+                        .error(&user_path, format!("no user named `{name}` on this machine"))
+                        .help("write its uid (`user: 1000`) to run as a user this machine has no entry for");
                     return None;
                 }
                 Err(error) => {
+                    reporter.error(&user_path, format!("cannot look up user `{name}`: {error}"));
+                    return None;
+                }
+            },
+            Named::Id(uid) => match self.host.accounts.user_by_id(*uid) {
+                Ok(Some(account)) => (account, true),
+                // No entry: that number, its own group, `/` for a home.
+                Ok(None) => (
+                    Account {
+                        name: uid.to_string(),
+                        uid: *uid,
+                        gid: *uid,
+                        home: PathBuf::from(HOME_WITHOUT_ENTRY),
+                    },
+                    false,
+                ),
+                Err(error) => {
+                    reporter.error(&user_path, format!("cannot look up uid {uid}: {error}"));
+                    return None;
+                }
+            },
+        };
+        let mut gid = account.gid;
+        if let Some((group, group_path)) = &group {
+            match group {
+                Named::Id(number) => gid = *number,
+                Named::Name(group_name) => match self.host.accounts.group(group_name) {
+                    Ok(Some(found)) => gid = found,
+                    Ok(None) => {
+                        reporter
+                            .error(
+                                group_path,
+                                format!("no group named `{group_name}` on this machine"),
+                            )
+                            .help("write its gid (`group: 1000`) to run with a group this machine has no entry for");
+                        return None;
+                    }
+                    Err(error) => {
+                        reporter.error(
+                            group_path,
+                            format!("cannot look up group `{group_name}`: {error}"),
+                        );
+                        return None;
+                    }
+                },
+            }
+        }
+        let groups = if entry {
+            match self.host.accounts.groups_of(&account.name, gid) {
+                Ok(groups) => groups,
+                Err(error) => {
                     reporter.error(
-                        &group_path,
-                        format!("cannot look up group `{group_name}`: {error}"),
+                        &user_path,
+                        format!("cannot list the groups of `{}`: {error}", account.name),
                     );
                     return None;
                 }
             }
-        }
-        let groups = match self.host.accounts.groups_of(&user_name, gid) {
-            Ok(groups) => groups,
-            Err(error) => {
-                reporter.error(
-                    &user_path,
-                    format!("cannot list the groups of `{user_name}`: {error}"),
-                );
-                return None;
-            }
+        } else {
+            // No entry, so no group lists it: the one group it runs with.
+            vec![gid]
         };
         if self.host.uid != 0 && self.host.uid != account.uid {
             reporter
-                .warning(&user_path, format!("only root can run workers as `{user_name}`"))
+                .warning(&user_path, format!("only root can run workers as `{user}`"))
                 .help("supervise is not running as root here, so this app's workers would fail to start");
         }
         Some(Identity {
-            user: user_name,
+            user: account.name,
             uid: account.uid,
             gid,
             groups,
@@ -116,12 +159,7 @@ impl AppContext<'_> {
         has_watchdog: bool,
         reporter: &mut Reporter,
     ) -> Vec<(String, Template)> {
-        let reserved = |name: &str| {
-            RESERVED_ALWAYS.contains(&name)
-                || (has_listen && name == "PORT")
-                || (has_user && matches!(name, "HOME" | "USER" | "LOGNAME"))
-                || (has_watchdog && matches!(name, "WATCHDOG_USEC" | "WATCHDOG_PID"))
-        };
+        let reserved = |name: &str| reserved_env_name(name, has_listen, has_user, has_watchdog);
         let mut merged: IndexMap<String, Template> = IndexMap::new();
 
         if let Some((file, path)) = self.pick("env_file", |f| f.env_file.as_ref()) {
@@ -284,6 +322,95 @@ impl AppContext<'_> {
     }
 }
 
+/// `HOME` for a uid the machine has no entry for (as systemd gives it).
+const HOME_WITHOUT_ENTRY: &str = "/";
+
+/// Ids no user or group can be given: `(uid_t)-1`, which `setuid` and
+/// `setgid` read as "no change", and its 16-bit form, which systemd's
+/// `User=`/`Group=` refuse for the same reason.
+const RESERVED_IDS: [u32; 2] = [u32::MAX, u16::MAX as u32];
+
+/// `user` or `group` as the file means it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Named {
+    Name(String),
+    Id(u32),
+}
+
+impl std::fmt::Display for Named {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Named::Name(name) => f.write_str(name),
+            Named::Id(id) => write!(f, "{id}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum IdKind {
+    User,
+    Group,
+}
+
+impl IdKind {
+    fn id(self) -> &'static str {
+        match self {
+            IdKind::User => "uid",
+            IdKind::Group => "gid",
+        }
+    }
+}
+
+/// A written `user`/`group`: a name, or a number (a YAML integer or a
+/// string of digits, as systemd reads `User=1000`); `None` (with an error
+/// at `path`) for a number no user or group can have.
+fn account_id(
+    value: &raw::AccountId,
+    kind: IdKind,
+    path: &[PathSeg],
+    reporter: &mut Reporter,
+) -> Option<Named> {
+    let id = kind.id();
+    let number = match value {
+        raw::AccountId::Id(number) => *number,
+        raw::AccountId::Name(text) if raw::AccountId::is_number(text) => {
+            let digits = text.trim_start_matches('0');
+            if digits.len() < text.len() && text.len() > 1 {
+                // systemd refuses `User=007`, and some would read it as octal.
+                reporter
+                    .error(path, format!("{id} `{text}` starts with a zero"))
+                    .help(format!(
+                        "write it without leading zeros: `{}`",
+                        if digits.is_empty() { "0" } else { digits }
+                    ));
+                return None;
+            }
+            match text.parse::<u32>() {
+                Ok(number) => number,
+                Err(_) => {
+                    reporter
+                        .error(path, format!("{id} `{text}` is out of range"))
+                        .help(format!("a {id} is at most {}", u32::MAX - 1));
+                    return None;
+                }
+            }
+        }
+        raw::AccountId::Name(text) => return Some(Named::Name(text.clone())),
+    };
+    if RESERVED_IDS.contains(&number) {
+        reporter
+            .error(
+                path,
+                format!(
+                    "{id} {number} cannot be used: the kernel and systemd read it as \"no {id}\""
+                ),
+            )
+            .help(format!("choose another {id}"));
+        return None;
+    }
+    Some(Named::Id(number))
+}
+
 fn reserved_help(name: &str) -> String {
     match name {
         "PORT" => "with `listen`, PORT is the first TCP listener's port".to_string(),
@@ -299,7 +426,9 @@ fn reserved_help(name: &str) -> String {
     }
 }
 
-fn valid_env_name(name: &str) -> bool {
+/// Whether `env` may set `name`: letters, digits and `_`, not starting
+/// with a digit.
+pub fn valid_env_name(name: &str) -> bool {
     let mut bytes = name.bytes();
     bytes
         .next()

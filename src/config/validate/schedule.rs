@@ -19,12 +19,11 @@ use std::time::Duration;
 use chrono::TimeZone;
 use croner::Cron;
 use croner::errors::CronError;
-use croner::parser::{CronParser, Seconds, Year};
 
 use super::{AppContext, key, parse_positive_duration, within};
 use crate::config::diagnostic::{Reporter, did_you_mean};
 use crate::config::raw::{self, EcosystemFile};
-use crate::spec::{Overlap, ScheduleSpec, When};
+use crate::spec::{Overlap, ScheduleSpec, When, cron_parser as parser};
 
 /// The shortest `{every}`: a run per tick forks a process, and a period
 /// shorter than a second is a service's loop, not a schedule.
@@ -77,13 +76,6 @@ pub(super) struct CronProblem {
     pub help: String,
 }
 
-fn parser() -> CronParser {
-    CronParser::builder()
-        .seconds(Seconds::Disallowed)
-        .year(Year::Disallowed)
-        .build()
-}
-
 /// Read a 5-field cron expression (or a nickname such as `@daily`).
 pub(super) fn parse_cron(text: &str) -> Result<Cron, CronProblem> {
     const EXAMPLE: &str = "e.g. \"0 3 * * *\" (03:00 every day) or \"*/15 * * * *\" (every 15 minutes); fields: minute hour day-of-month month day-of-week";
@@ -120,6 +112,15 @@ pub(super) fn parse_cron(text: &str) -> Result<Cron, CronProblem> {
         return parse_fields(text, fields);
     }
     parse_fields(text, trimmed)
+}
+
+/// Why `check` would refuse `text` as a `schedule` (its message and help
+/// line), or `None` when it would take it: for `import`, which must not
+/// write a schedule `check` refuses.
+pub fn cron_problem(text: &str) -> Option<String> {
+    parse_cron(text)
+        .err()
+        .map(|problem| format!("{} ({})", problem.message, problem.help))
 }
 
 /// Read the fields of `expression` (as `written`, for messages).

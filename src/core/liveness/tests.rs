@@ -489,6 +489,7 @@ fn a_missed_watchdog_sends_its_signal_and_restarts_with_backoff() {
             status: None,
             watchdog: Some(message),
             extend_timeout: None,
+            injected: false,
         };
         shell.core.input(notified, shell.now);
         shell.settle();
@@ -521,6 +522,7 @@ fn a_missed_watchdog_sends_its_signal_and_restarts_with_backoff() {
         status: None,
         watchdog: Some(WatchdogMessage::Trigger),
         extend_timeout: None,
+        injected: false,
     };
     shell.core.input(trigger, shell.now);
     shell.settle();
@@ -541,6 +543,7 @@ fn extend_timeout_moves_the_ready_deadline_while_starting() {
         status: None,
         watchdog: None,
         extend_timeout: Some(Duration::from_secs(3)),
+        injected: false,
     };
     shell.core.input(extend, shell.now);
     shell.settle();

@@ -459,6 +459,7 @@ fn recreate_stops_every_old_worker_before_starting_new_ones() {
         name: "web".into(),
         address: ListenAddress::Tcp(address.parse().unwrap()),
         reuseport: false,
+        inject: false,
     };
     let mut spec = app("web", 3, Readiness::Immediate);
     spec.process.listen = vec![listen("127.0.0.1:8000")];

@@ -17,38 +17,43 @@ use crate::spec::{HealthSpec, RestartPolicy};
 pub const MAX_EXTEND_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
 /// The liveness checks of the current process.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Health {
     /// Consecutive failed checks that counted (one success resets it).
     pub failures: u32,
     /// What the last failed check said.
     pub last_failure: Option<String>,
     /// The check in flight: its number and when it started.
+    #[serde(with = "crate::monotonic::option_pair")]
     pub in_flight: Option<(u64, Instant)>,
     /// Numbers the checks of this worker (across its processes), so a late
     /// answer is told apart.
     pub checks: u64,
     /// When the next check is due; `None`: one `every` after ready.
+    #[serde(with = "crate::monotonic::option")]
     pub next_check: Option<Instant>,
     /// A check of the current process has been answered.
     pub answered: bool,
 }
 
 /// systemd's watchdog over the current process, armed once it is ready.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Watchdog {
     pub period: Duration,
     /// No `WATCHDOG=1` by then: missed.
+    #[serde(with = "crate::monotonic::instant")]
     pub deadline: Instant,
+    #[serde(with = "crate::monotonic::option")]
     pub last_ping: Option<Instant>,
 }
 
 /// A worker that still serves while a new one takes its slot (it was
 /// unhealthy, or used too much memory). The new one inherits its restart
 /// count and starts at `restart_at`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Recycle {
     pub outcome: Outcome,
+    #[serde(with = "crate::monotonic::instant")]
     pub restart_at: Instant,
 }
 

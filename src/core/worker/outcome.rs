@@ -4,7 +4,7 @@
 use std::fmt;
 
 /// How a process ended, as `waitpid` reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Exit {
     Code(i32),
     Signal { signal: i32, core: bool },
@@ -29,7 +29,7 @@ impl fmt::Display for Exit {
 }
 
 /// The step of starting a process that failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum StartStage {
     /// Before the fork: resolving the program, building the environment, a
     /// listening socket that could not be bound.
@@ -89,7 +89,7 @@ impl StartStage {
 }
 
 /// Why a process could not be started: the stage and its errno.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StartError {
     pub stage: StartStage,
     pub errno: i32,
@@ -107,7 +107,7 @@ impl fmt::Display for StartError {
 }
 
 /// What ended a run of the worker's process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Outcome {
     /// The process exited (or was killed) on its own.
     Exited(Exit),

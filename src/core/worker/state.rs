@@ -6,7 +6,7 @@ use std::time::Instant;
 use super::{AfterStop, Exit};
 
 /// The states of [`Worker`](super::Worker), with the data valid in each.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum State {
     /// Created; its first process is about to be started.
     Pending,
@@ -15,6 +15,7 @@ pub enum State {
     /// Running, not ready yet.
     Starting {
         pid: i32,
+        #[serde(with = "crate::monotonic::instant")]
         since: Instant,
         /// `exec` succeeded: the program, not a forked copy of us, runs.
         exec_confirmed: bool,
@@ -22,14 +23,18 @@ pub enum State {
     /// Running and ready.
     Ready {
         pid: i32,
+        #[serde(with = "crate::monotonic::instant")]
         started: Instant,
+        #[serde(with = "crate::monotonic::instant")]
         since: Instant,
     },
     /// Told to stop; done when every process of its instance is gone.
     Stopping {
         pid: i32,
+        #[serde(with = "crate::monotonic::instant")]
         since: Instant,
         /// When SIGKILL goes to the group.
+        #[serde(with = "crate::monotonic::instant")]
         deadline: Instant,
         killed: bool,
         /// How the leader ended, once reaped (the group may still have members).
@@ -37,7 +42,10 @@ pub enum State {
         then: AfterStop,
     },
     /// Waiting to restart.
-    Backoff { until: Instant },
+    Backoff {
+        #[serde(with = "crate::monotonic::instant")]
+        until: Instant,
+    },
     /// Gave up: `max_restarts` exceeded. Restarts only on a definition change or command.
     Failed,
     /// Stopped by `supervise stop`; starts again on `start` or a change of its app.
@@ -48,7 +56,10 @@ pub enum State {
     /// Ran to its end with exit 0, not to be run again (`never`, or
     /// `on-failure`): a one-shot that did its job, at `at`. Runs again only
     /// when its definition changes, or on `restart`.
-    Completed { at: Instant },
+    Completed {
+        #[serde(with = "crate::monotonic::instant")]
+        at: Instant,
+    },
 }
 
 /// The name of a state, without its data: what [`ALLOWED`] is written in.

@@ -70,7 +70,8 @@ fn open_lock(path: &Path, create: bool) -> io::Result<File> {
 }
 
 /// Try to flock `file` exclusively: `false` when someone else holds it.
-fn try_lock(file: &File) -> io::Result<bool> {
+/// (`scale` takes its edit lock with it too.)
+pub fn try_lock(file: &File) -> io::Result<bool> {
     loop {
         // SAFETY: flock on an fd we own.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
@@ -339,6 +340,48 @@ impl Claim {
             let _ = std::fs::remove_file(&lock);
         }
         self.keys.remove(key);
+    }
+}
+
+/// A claim as an upgrade hands it over: the lock files stay open (and so
+/// locked: a `flock` belongs to the open file) across the exec.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct ClaimState {
+    pub dir: PathBuf,
+    pub lock: std::os::fd::RawFd,
+    pub retired: Vec<std::os::fd::RawFd>,
+    pub socket: PathBuf,
+    pub keys: BTreeSet<String>,
+}
+
+impl Claim {
+    pub fn export(&self) -> ClaimState {
+        ClaimState {
+            dir: self.dir.clone(),
+            lock: self.lock.as_raw_fd(),
+            retired: self.retired.iter().map(AsRawFd::as_raw_fd).collect(),
+            socket: self.socket.clone(),
+            keys: self.keys.clone(),
+        }
+    }
+
+    /// The claim the previous image held (the same process: the pid in the
+    /// lock file is still right).
+    pub fn restore(state: ClaimState) -> io::Result<Claim> {
+        use crate::upgrade::exec::adopt_fd;
+        let lock = File::from(adopt_fd(state.lock, "the lock file")?);
+        let retired = state
+            .retired
+            .into_iter()
+            .map(|fd| adopt_fd(fd, "a retired lock file").map(File::from))
+            .collect::<io::Result<_>>()?;
+        Ok(Claim {
+            dir: state.dir,
+            lock,
+            retired,
+            socket: state.socket,
+            keys: state.keys,
+        })
     }
 }
 

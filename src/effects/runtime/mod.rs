@@ -10,7 +10,7 @@
 
 mod claim;
 
-pub use claim::{Claim, LockError};
+pub use claim::{Claim, ClaimState, LockError, try_lock};
 
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
@@ -89,7 +89,7 @@ fn key_of(text: &str) -> String {
 /// file moved away and copied back): a second supervisor for the same file is
 /// refused, one for what is now another file is not, and a client finds the
 /// supervisor of the file it names.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FileIdentity {
     pub keys: Vec<String>,
 }

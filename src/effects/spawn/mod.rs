@@ -27,6 +27,7 @@ mod wire;
 use std::ffi::{CString, OsStr, OsString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::Path;
 
 use indexmap::IndexMap;
 
@@ -56,6 +57,8 @@ pub struct SpawnRequest<'a> {
     pub nofile_soft: libc::rlim_t,
     /// `SUPERVISE_RUN` (without cgroups: how its descendants are found).
     pub run_token: Option<&'a str>,
+    /// The preload library, when a socket of `process.listen` has `inject`.
+    pub inject_library: Option<&'a std::path::Path>,
 }
 
 /// A started process and the read ends of its pipes.
@@ -105,6 +108,9 @@ pub(crate) fn last_errno(context: &str) -> SpawnError {
     )
 }
 
+/// The first listening socket's fd in a worker (systemd's SD_LISTEN_FDS_START).
+pub const LISTEN_FDS_START: RawFd = 3;
+
 /// The worker's environment (DESIGN.md §2): the supervisor's own, then the
 /// app's `env_file` and `env`, then the reserved variables. `LISTEN_PID` and
 /// `WATCHDOG_PID` are left out: the child writes them.
@@ -135,6 +141,26 @@ pub fn worker_env(request: &SpawnRequest) -> IndexMap<OsString, OsString> {
         });
         if let Some(port) = port {
             env.insert("PORT".into(), port.to_string().into());
+        }
+        let injected: Vec<String> = request
+            .process
+            .listen
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.inject)
+            .map(|(i, _)| (LISTEN_FDS_START + i as RawFd).to_string())
+            .collect();
+        if let (false, Some(library)) = (injected.is_empty(), request.inject_library) {
+            let preload = super::inject::preload(
+                env.get(std::ffi::OsStr::new("LD_PRELOAD"))
+                    .map(|v| v.as_os_str()),
+                library,
+            );
+            env.insert("LD_PRELOAD".into(), preload);
+            env.insert("SUPERVISE_INJECT_FDS".into(), injected.join(",").into());
+            if let Some(socket) = request.notify_socket {
+                env.insert("SUPERVISE_INJECT_REPORT".into(), socket.into());
+            }
         }
     }
     let notifies = *request.readiness == Readiness::Notify || request.process.watchdog.is_some();
@@ -174,15 +200,21 @@ pub(crate) fn cstring(bytes: &[u8], what: &str) -> Result<CString, SpawnError> {
     CString::new(bytes).map_err(|_| error(libc::EINVAL, format!("{what} contains a NUL byte")))
 }
 
-/// A pipe whose both ends are close-on-exec; the read end is non-blocking.
-pub(crate) fn pipe() -> Result<(OwnedFd, OwnedFd), SpawnError> {
+/// A pipe whose both ends are close-on-exec and blocking (a child's stdin:
+/// it reads its end as it is; ours is made non-blocking by its writer).
+fn blocking_pipe() -> Result<(OwnedFd, OwnedFd), SpawnError> {
     let mut fds = [0; 2];
     // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return Err(last_errno("cannot create a pipe"));
     }
     // SAFETY: pipe2 succeeded, so both fds are open and owned by nobody else.
-    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// A pipe whose both ends are close-on-exec; the read end is non-blocking.
+pub(crate) fn pipe() -> Result<(OwnedFd, OwnedFd), SpawnError> {
+    let (read, write) = blocking_pipe()?;
     // SAFETY: plain fcntl on an fd we own.
     unsafe {
         let flags = libc::fcntl(read.as_raw_fd(), libc::F_GETFL);
@@ -241,20 +273,11 @@ impl Launch {
             )
             .map_err(|e| error(e.errno, e.message))?,
         };
-        let env = env
-            .iter()
-            .map(|(name, value)| {
-                let mut entry = name.as_bytes().to_vec();
-                entry.push(b'=');
-                entry.extend_from_slice(value.as_bytes());
-                entry
-            })
-            .collect();
         Ok(Launch {
             program: program.into_os_string().into_vec(),
             cwd: request.process.cwd.as_os_str().as_bytes().to_vec(),
             argv: argv.into_iter().map(String::into_bytes).collect(),
-            env,
+            env: entries(&env),
             pid_variables: pid_variables(request),
             identity: request.process.identity.as_ref().map(
                 |Identity {
@@ -265,6 +288,51 @@ impl Launch {
             die_with_parent: true,
         })
     }
+
+    /// A program run beside the instances, not one of theirs (an upgrade's
+    /// probe): `program ARGS` in the supervisor's directory, with its
+    /// environment (and `run_token` as `SUPERVISE_RUN`), as its user, dying
+    /// with it.
+    pub fn beside(
+        program: &Path,
+        args: &[&str],
+        base_env: &[(OsString, OsString)],
+        run_token: Option<&str>,
+        nofile_soft: libc::rlim_t,
+    ) -> Launch {
+        let mut env: IndexMap<OsString, OsString> = base_env.iter().cloned().collect();
+        if let Some(token) = run_token {
+            env.insert("SUPERVISE_RUN".into(), token.into());
+        }
+        let program = program.as_os_str().as_bytes().to_vec();
+        let mut argv = vec![program.clone()];
+        argv.extend(args.iter().map(|a| a.as_bytes().to_vec()));
+        Launch {
+            program,
+            // Where a relative program is found as the supervisor would find
+            // it (the spawner runs in `/`).
+            cwd: std::env::current_dir()
+                .map_or_else(|_| b"/".to_vec(), |dir| dir.into_os_string().into_vec()),
+            argv,
+            env: entries(&env),
+            pid_variables: Vec::new(),
+            identity: None,
+            nofile_soft,
+            die_with_parent: true,
+        }
+    }
+}
+
+/// `NAME=VALUE` entries.
+fn entries(env: &IndexMap<OsString, OsString>) -> Vec<Vec<u8>> {
+    env.iter()
+        .map(|(name, value)| {
+            let mut entry = name.as_bytes().to_vec();
+            entry.push(b'=');
+            entry.extend_from_slice(value.as_bytes());
+            entry
+        })
+        .collect()
 }
 
 /// Start one worker through `spawner`, in the cgroup whose directory is
@@ -298,6 +366,44 @@ pub fn spawn_quiet(
     start(request, spawner, cgroup, [devnull, devnull])
 }
 
+/// A process fed on its stdin and heard on its stdout and stderr: our
+/// ends of its pipes.
+#[derive(Debug)]
+pub struct Piped {
+    pub pid: i32,
+    pub stdin: OwnedFd,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+    /// As [`Spawned::exec_status`].
+    pub exec_status: OwnedFd,
+}
+
+/// Start `launch` (a program run [`Launch::beside`] the instances) through
+/// `spawner`, in the cgroup whose directory is `cgroup` when there is one,
+/// with a pipe on each of its stdin, stdout and stderr.
+pub fn spawn_piped(
+    launch: &Launch,
+    spawner: &mut Spawner,
+    cgroup: Option<RawFd>,
+) -> Result<Piped, SpawnError> {
+    let (stdin_read, stdin_write) = blocking_pipe()?;
+    let (stdout_read, stdout_write) = pipe()?;
+    let (stderr_read, stderr_write) = pipe()?;
+    let stdio = [
+        stdin_read.as_raw_fd(),
+        stdout_write.as_raw_fd(),
+        stderr_write.as_raw_fd(),
+    ];
+    let (pid, exec_status) = launch_with(launch, spawner, cgroup, stdio, &[])?;
+    Ok(Piped {
+        pid,
+        stdin: stdin_write,
+        stdout: stdout_read,
+        stderr: stderr_read,
+        exec_status,
+    })
+}
+
 /// Start the process with `output` as its fds 1 and 2: its pid and the
 /// read end of its exec-status pipe.
 fn start(
@@ -307,16 +413,25 @@ fn start(
     output: [RawFd; 2],
 ) -> Result<(i32, OwnedFd), SpawnError> {
     let launch = Launch::from_request(request)?;
+    let stdio = [spawner.devnull(), output[0], output[1]];
+    launch_with(&launch, spawner, cgroup, stdio, request.listen_fds)
+}
+
+/// Start `launch` with `stdio` as its fds 0, 1 and 2 and `listen_fds` from
+/// fd 3: its pid and the read end of its exec-status pipe.
+fn launch_with(
+    launch: &Launch,
+    spawner: &mut Spawner,
+    cgroup: Option<RawFd>,
+    stdio: [RawFd; 3],
+    listen_fds: &[RawFd],
+) -> Result<(i32, OwnedFd), SpawnError> {
     let (status_read, status_write) = pipe()?;
-    let mut fds = vec![
-        spawner.devnull(),
-        output[0],
-        output[1],
-        status_write.as_raw_fd(),
-    ];
+    let mut fds = stdio.to_vec();
+    fds.push(status_write.as_raw_fd());
     fds.extend(cgroup);
-    fds.extend_from_slice(request.listen_fds);
-    let pid = spawner.spawn(&launch, &fds, cgroup.is_some())?;
+    fds.extend_from_slice(listen_fds);
+    let pid = spawner.spawn(launch, &fds, cgroup.is_some())?;
     // The process leads its own group; doing it here as well means a killpg
     // sent right after this returns cannot miss the group. EACCES (it
     // already exec'd) and ESRCH (already gone) are fine.
@@ -380,6 +495,7 @@ mod tests {
             name: "http".into(),
             address: ListenAddress::Tcp("127.0.0.1:0".parse().unwrap()),
             reuseport: false,
+            inject: false,
         }];
         let base = vec![("A".into(), "base".into()), ("KEEP".into(), "1".into())];
         let bound = [ListenAddress::Tcp("127.0.0.1:4321".parse().unwrap())];
@@ -394,6 +510,7 @@ mod tests {
             base_env: &base,
             nofile_soft: 1024,
             run_token: Some("abc.1"),
+            inject_library: None,
         };
         let env = worker_env(&request);
         let get = |k: &str| {

@@ -1,7 +1,8 @@
 //! The real [`Effects`]: fork+exec, `killpg`, `waitpid`, the socket registry,
 //! and what each process gets besides: its output pumps, its exec-status
 //! watch, its readiness probe, its place in the undertaker's list; liveness
-//! checks ([`super::checks`]) and memory measurements.
+//! checks ([`super::checks`]), an upgrade's probe (run as an `exec` check
+//! is: [`super::groups::Transient`]) and memory measurements.
 //!
 //! A child's exec status (EOF: the program runs; eight bytes: the stage and
 //! errno that failed) is watched by a small task per spawn, which reports on
@@ -10,6 +11,8 @@
 //! report arrives — which it does at once, since a dead child's pipe is
 //! readable — and comes back with it ([`Effects::exec_known`]), so the core
 //! always learns *why* a process ended.
+//!
+//! What an upgrade hands over and takes back is in [`handover`].
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
@@ -23,6 +26,10 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 use tracing::{error, warn};
 
+mod handover;
+
+pub use handover::{ExecState, SystemState};
+
 use super::checks::{Checks, Launcher};
 use super::control::LogHub;
 use super::groups::Groups;
@@ -33,6 +40,7 @@ use super::sockets::{BindError, SocketRegistry};
 use super::spawn::{self, ExecStatus, SpawnRequest, Spawner};
 use super::systemd::SystemdNotifier;
 use super::tracking::Tracking;
+use super::transient::Transient;
 use super::undertaker::Undertaker;
 use super::usage;
 use super::{CheckAnswer, Effects, Reaped, SpawnFailure};
@@ -78,14 +86,24 @@ pub struct Setup {
     pub systemd: Option<SystemdNotifier>,
     /// How every process of an instance is tracked.
     pub tracking: Tracking,
+    /// Where the preload library of `inject` is written.
+    pub runtime_dir: std::path::PathBuf,
 }
 
 /// How far we know a process got.
 enum Exec {
-    /// The watch task will report.
-    Watching,
+    /// The watch task will report; its status pipe (shared with the task,
+    /// so that an upgrade can keep it and watch it again).
+    Watching(Arc<OwnedFd>),
     /// Reported: `None` when it runs the program.
     Known(Option<StartError>),
+}
+
+/// An upgrade's probe (see [`crate::upgrade::probe`]).
+enum Probing {
+    Running(Transient),
+    /// Reaped; what it left was killed.
+    Ended(crate::upgrade::probe::Ended),
 }
 
 /// What is kept for a live child besides what the core knows.
@@ -108,6 +126,22 @@ pub struct System {
     reports: Reports,
     /// The liveness checks that run.
     checks: Checks,
+    /// The preload library of `inject`, checked (and written if it is not
+    /// right) before each start that needs it.
+    inject_library: Option<std::path::PathBuf>,
+    /// That it could not be written was said (once until it can again).
+    inject_failure_said: bool,
+    /// Every output pump that runs.
+    pumps: output::Pumps,
+    /// The new binary answering an upgrade's probe: running, or how it
+    /// ended once reaped (the loop reaps every child), until taken.
+    probe: Option<Probing>,
+    /// Probes given up on and killed, not reaped yet: their reap cleans up
+    /// after them.
+    abandoned_probes: Vec<Transient>,
+    /// After an upgrade: children of the previous image that are no longer
+    /// ours to reap (something in the exec window reaped them), reaped first.
+    lost: Vec<Reaped>,
 }
 
 impl System {
@@ -121,7 +155,35 @@ impl System {
             deferred: HashMap::new(),
             checks: Checks::new(reports.checks.clone()),
             reports,
+            inject_library: None,
+            inject_failure_said: false,
+            pumps: output::Pumps::default(),
+            probe: None,
+            abandoned_probes: Vec::new(),
+            lost: Vec::new(),
         }
+    }
+
+    fn start_pump(
+        &self,
+        fd: OwnedFd,
+        source: Source,
+        stream: Stream,
+        splitter: output::LineSplitter,
+    ) {
+        tokio::spawn(output::pump(
+            fd,
+            source,
+            stream,
+            output::Outlets {
+                sink: self.setup.sink.clone(),
+                logs: self.setup.logs.clone(),
+                files: self.setup.files.clone(),
+                format: self.setup.format,
+            },
+            splitter,
+            self.pumps.clone(),
+        ));
     }
 
     /// Workers with `ready: notify` get `NOTIFY_SOCKET=value` from now on.
@@ -198,8 +260,10 @@ impl System {
     /// Watch the exec-status pipe of `pid`; `Exec::Known` at once when it
     /// cannot be watched (then the program is taken to run).
     fn watch_exec(&self, pid: i32, status: OwnedFd) -> Exec {
+        let status = Arc::new(status);
+        let kept = Arc::clone(&status);
         // SAFETY: an OwnedFd stays open and names the same pipe for as long
-        // as the AsyncFd owns it.
+        // as the AsyncFd (which shares it) lives.
         match unsafe { AsyncFd::register_with_interest(status, Interest::READABLE) } {
             Ok(fd) => {
                 let report = self.reports.exec.clone();
@@ -215,7 +279,7 @@ impl System {
                     };
                     let _ = report.send((pid, status)).await;
                 });
-                Exec::Watching
+                Exec::Watching(kept)
             }
             Err(error) => {
                 warn!("cannot watch the exec status of pid {pid}: {error}; taking it as running");
@@ -224,18 +288,18 @@ impl System {
         }
     }
 
-    fn start_probe(&self, order: &SpawnOrder, pid: i32) -> Option<tokio::task::AbortHandle> {
-        let Readiness::Probe(spec) = &order.readiness else {
+    fn start_probe(
+        &self,
+        app: &str,
+        slot: u32,
+        readiness: &Readiness,
+        pid: i32,
+    ) -> Option<tokio::task::AbortHandle> {
+        let Readiness::Probe(spec) = readiness else {
             return None;
         };
-        let Some(target) = spec.target(order.slot).cloned() else {
-            error!(
-                app = %order.app,
-                slot = order.slot,
-                "{}.{}: no probe target for this slot",
-                order.app,
-                order.slot
-            );
+        let Some(target) = spec.target(slot).cloned() else {
+            error!(app, slot, "{app}.{slot}: no probe target for this slot");
             return None;
         };
         let report = self.reports.probes.clone();
@@ -262,6 +326,28 @@ impl Effects for System {
         sockets: &[(RawFd, ListenAddress)],
     ) -> Result<i32, SpawnFailure> {
         let fds: Vec<RawFd> = sockets.iter().map(|(fd, _)| *fd).collect();
+        let injects = order.definition.listen.iter().any(|l| l.inject);
+        if injects {
+            // Checked before every start: a file removed or replaced since
+            // is written again.
+            self.inject_library = match super::inject::install(&self.setup.runtime_dir) {
+                Ok(path) => {
+                    self.inject_failure_said = false;
+                    Some(path)
+                }
+                Err(e) => {
+                    if !self.inject_failure_said {
+                        error!(
+                            "cannot write the preload library of `inject` into {}: {e}; programs that bind their port themselves will not be handed supervise's socket",
+                            self.setup.runtime_dir.display()
+                        );
+                        self.inject_failure_said = true;
+                    }
+                    None
+                }
+            };
+        }
+        let inject_library = self.inject_library.as_deref().filter(|_| injects);
         let bound: Vec<ListenAddress> = sockets.iter().map(|(_, a)| a.clone()).collect();
         let mut request = SpawnRequest {
             app: &order.app,
@@ -274,6 +360,7 @@ impl Effects for System {
             base_env: &self.setup.base_env,
             nofile_soft: self.setup.nofile_soft,
             run_token: None,
+            inject_library,
         };
         let placement = self
             .groups
@@ -310,17 +397,7 @@ impl Effects for System {
             (spawned.stdout, Stream::Stdout),
             (spawned.stderr, Stream::Stderr),
         ] {
-            tokio::spawn(output::pump(
-                fd,
-                source.clone(),
-                stream,
-                output::Outlets {
-                    sink: self.setup.sink.clone(),
-                    logs: self.setup.logs.clone(),
-                    files: self.setup.files.clone(),
-                    format: self.setup.format,
-                },
-            ));
+            self.start_pump(fd, source.clone(), stream, output::LineSplitter::default());
         }
         let exec = self.watch_exec(pid, spawned.exec_status);
         if let Exec::Known(error) = exec {
@@ -329,7 +406,7 @@ impl Effects for System {
                 .exec
                 .try_send((pid, error.map_or(ExecStatus::Succeeded, ExecStatus::Failed)));
         }
-        let probe = self.start_probe(order, pid);
+        let probe = self.start_probe(&order.app, order.slot, &order.readiness, pid);
         self.processes.insert(pid, Tracked { exec, probe });
         Ok(pid)
     }
@@ -339,6 +416,11 @@ impl Effects for System {
     }
 
     fn reap(&mut self) -> Option<Reaped> {
+        if let Some(lost) = self.lost.pop() {
+            self.untrack(lost.pid);
+            self.groups.reaped();
+            return Some(lost);
+        }
         loop {
             let mut status = 0;
             // SAFETY: waitpid with a valid status pointer; -1 = any child.
@@ -356,6 +438,10 @@ impl Effects for System {
             } else {
                 continue;
             };
+            if self.probe_reaped(pid, exit) {
+                self.groups.reaped();
+                continue;
+            }
             if pid == self.setup.undertaker.pid() {
                 match self.setup.undertaker.restart() {
                     Ok(()) => error!(
@@ -370,7 +456,10 @@ impl Effects for System {
                 }
                 continue;
             }
-            if self.checks.reaped(pid, exit, &mut self.groups) {
+            if self
+                .checks
+                .reaped(pid, exit, &mut self.groups, &mut self.setup.undertaker)
+            {
                 self.groups.reaped();
                 continue;
             }
@@ -383,7 +472,7 @@ impl Effects for System {
                 // Not ours: an adopted descendant (we are a subreaper).
                 None => None,
                 Some(Exec::Known(error)) => *error,
-                Some(Exec::Watching) => {
+                Some(Exec::Watching(_)) => {
                     self.deferred.insert(pid, exit);
                     continue;
                 }
@@ -443,6 +532,7 @@ impl Effects for System {
     fn check(&mut self, order: &CheckOrder) {
         let launcher = Launcher {
             groups: &mut self.groups,
+            undertaker: &mut self.setup.undertaker,
             spawner: &mut self.setup.spawner,
             base_env: &self.setup.base_env,
             nofile_soft: self.setup.nofile_soft,

@@ -1,0 +1,94 @@
+//! The supervisor's part of an upgrade: the core and what the shell keeps
+//! beside it (for `status` and `/metrics`), handed over and taken back.
+//! The effects' part is [`crate::effects::system::SystemState`]; the
+//! sequence is in [`super::run`] and [`crate::upgrade`].
+
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+use super::Supervisor;
+use crate::core::Core;
+use crate::effects::Effects;
+
+/// What [`Supervisor`] hands over, as written…
+#[derive(Serialize)]
+pub struct SupervisorStateRef<'a> {
+    core: &'a Core,
+    shown: &'a str,
+    config_error: &'a Option<String>,
+    applied_at: SystemTime,
+    tally: &'a crate::metrics::Tally,
+}
+
+/// …and as read (the same fields).
+#[derive(Debug, Deserialize)]
+pub struct SupervisorState {
+    core: Core,
+    shown: String,
+    config_error: Option<String>,
+    applied_at: SystemTime,
+    tally: crate::metrics::Tally,
+}
+
+impl<E: Effects> Supervisor<E> {
+    /// The state to hand over. Call between two events (the core settled).
+    pub fn handover(&self) -> SupervisorStateRef<'_> {
+        SupervisorStateRef {
+            core: &self.core,
+            shown: &self.shown,
+            config_error: &self.config_error,
+            applied_at: self.applied_at,
+            tally: &self.tally,
+        }
+    }
+
+    /// The supervisor the previous image handed over, on `effects` (restored
+    /// from the same handover). What the exec lost — a measurement, the
+    /// liveness checks that ran — is ordered again, every app is looked at
+    /// again, and the timers are re-armed from the core's deadlines.
+    pub fn restored(state: SupervisorState, effects: E) -> Supervisor<E> {
+        let mut supervisor = Supervisor {
+            core: state.core,
+            effects,
+            shown: state.shown,
+            config_error: state.config_error,
+            applied_at: state.applied_at,
+            poll_at: None,
+            tally: state.tally,
+        };
+        supervisor.resumed();
+        supervisor
+    }
+
+    /// An upgrade in the simulation: the supervisor's state written out and
+    /// read back in place, as across the exec, on the same effects (which
+    /// drop beforehand what an exec loses). The serialization's error, if any.
+    pub fn round_trip(&mut self) -> Result<(), String> {
+        let bytes = serde_json::to_vec(&self.handover()).map_err(|e| e.to_string())?;
+        let state: SupervisorState = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
+        self.core = state.core;
+        self.shown = state.shown;
+        self.config_error = state.config_error;
+        self.applied_at = state.applied_at;
+        self.tally = state.tally;
+        self.poll_at = None;
+        self.resumed();
+        Ok(())
+    }
+
+    /// The upgrade stopped after the liveness checks that ran were abandoned
+    /// for it (the state could not be written, or the exec failed): they are
+    /// ordered again, as in a new image.
+    pub fn upgrade_abandoned(&mut self) {
+        self.resumed();
+        let now = self.clock();
+        self.settle(now);
+    }
+
+    fn resumed(&mut self) {
+        let now = self.clock();
+        self.core.resumed(now);
+        self.effects.route_output(self.core.desired());
+    }
+}

@@ -1,0 +1,494 @@
+//! The loop's side of an upgrade (see [`crate::upgrade`]): asked for by a
+//! client (`supervise upgrade`) or SIGUSR2, probed, then carried out by an
+//! exec — or refused, with the running supervisor untouched.
+//!
+//! While the probe runs the loop goes on as ever. Once the new binary has
+//! agreed, everything else happens in one go on the loop's thread, without
+//! an `.await`: the events already queued are handled, the state is taken,
+//! and `execve` follows. No task runs in between, so every byte a pump has
+//! read is in a ring or in its splitter, and every byte not read yet is
+//! still in its pipe — which the new image reads on.
+
+use std::os::fd::RawFd;
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use tracing::{error, info, warn};
+
+use super::Supervisor;
+use crate::control::error_reply;
+use crate::core::worker::State;
+use crate::effects::control::{ControlRequest, LogHub};
+use crate::effects::runtime::{ClaimState, FileIdentity};
+use crate::effects::system::System;
+use crate::upgrade::probe::{self, Ended, Said};
+use crate::upgrade::{self, Handover};
+
+/// How long the output queue and the log files may take to be written out
+/// before the exec.
+const FLUSH_WAIT: Duration = Duration::from_secs(1);
+/// How long the new image may take from the exec to its loop before the
+/// undertaker takes it for hung and cleans up as after a crash (far above
+/// the restore of 1,000 instances' state)…
+pub const TAKEOVER_TIMEOUT: Duration = Duration::from_secs(30);
+/// …unless this environment variable says otherwise (a duration: `2s`)…
+pub const TAKEOVER_TIMEOUT_ENV: &str = "SUPERVISE_TAKEOVER_TIMEOUT";
+/// …of at least this (shorter, a sound new image would be killed).
+pub const MIN_TAKEOVER_TIMEOUT: Duration = Duration::from_secs(1);
+
+fn takeover_timeout() -> Duration {
+    let Some(text) = std::env::var_os(TAKEOVER_TIMEOUT_ENV) else {
+        return TAKEOVER_TIMEOUT;
+    };
+    let text = text.to_string_lossy();
+    match humantime::parse_duration(&text) {
+        Ok(timeout) if timeout >= MIN_TAKEOVER_TIMEOUT => timeout,
+        _ => {
+            warn!(
+                "{TAKEOVER_TIMEOUT_ENV}={text} is not a duration of at least {}; taking {}",
+                humantime::format_duration(MIN_TAKEOVER_TIMEOUT),
+                humantime::format_duration(TAKEOVER_TIMEOUT)
+            );
+            TAKEOVER_TIMEOUT
+        }
+    }
+}
+
+/// What the loop hands over beside the supervisor and the effects.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ShellState {
+    /// The control listener, when there is one.
+    pub control: Option<RawFd>,
+    /// The notify socket and its `NOTIFY_SOCKET` value.
+    pub notify: Option<(RawFd, String)>,
+    pub claim: ClaimState,
+    /// The connection of the client that asked for the upgrade.
+    pub client: Option<RawFd>,
+    /// What `upgrade` runs without `--binary`: the path the first image
+    /// was started from.
+    pub default_binary: PathBuf,
+    pub started_at: SystemTime,
+    pub upgrades: u32,
+    /// The content hash of the last version of the file read (valid or
+    /// not): an edit made since is applied by the new image.
+    pub seen_hash: [u8; 32],
+    pub identity: Option<FileIdentity>,
+    pub metrics: crate::effects::metrics::MetricsState,
+}
+
+impl ShellState {
+    /// Every fd this part of the state names.
+    pub fn fds(&self) -> Vec<RawFd> {
+        let mut fds: Vec<RawFd> = self.control.into_iter().collect();
+        fds.extend(self.metrics.listener.iter().map(|(_, fd)| *fd));
+        fds.extend(self.notify.iter().map(|(fd, _)| *fd));
+        fds.push(self.claim.lock);
+        fds.extend(&self.claim.retired);
+        fds.extend(self.client);
+        fds
+    }
+}
+
+/// The supervisor's own history, for `status` and the next upgrade.
+#[derive(Debug, Clone)]
+pub struct Lineage {
+    pub default_binary: PathBuf,
+    pub started_at: SystemTime,
+    pub upgrades: u32,
+}
+
+impl Lineage {
+    /// For `status`.
+    pub fn describe(&self) -> crate::control::SupervisorInfo {
+        crate::control::SupervisorInfo {
+            pid: std::process::id(),
+            version: upgrade::VERSION.to_string(),
+            started_at: humantime::format_rfc3339_seconds(self.started_at).to_string(),
+            upgrades: self.upgrades,
+        }
+    }
+}
+
+/// What the loop holds that an upgrade hands over besides the supervisor.
+pub struct Kept<'a> {
+    pub control: Option<RawFd>,
+    pub notify: Option<(RawFd, String)>,
+    pub claim: ClaimState,
+    pub lineage: &'a Lineage,
+    pub seen_hash: [u8; 32],
+    pub identity: Option<FileIdentity>,
+    pub logs: &'a LogHub,
+    pub metrics: crate::effects::metrics::MetricsState,
+}
+
+/// What a binary file is: a file put in its place after the probe (a
+/// package manager's swap) is not exec'd unprobed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileIs {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    modified: Option<SystemTime>,
+}
+
+fn file_is(path: &std::path::Path) -> Option<FileIs> {
+    use std::os::unix::fs::MetadataExt;
+    let metadata = std::fs::metadata(path).ok()?;
+    Some(FileIs {
+        dev: metadata.dev(),
+        ino: metadata.ino(),
+        size: metadata.size(),
+        modified: metadata.modified().ok(),
+    })
+}
+
+/// An upgrade whose probe runs.
+pub struct Upgrading {
+    binary: PathBuf,
+    /// What `binary` was when the probe started.
+    probed: Option<FileIs>,
+    /// The client that asked (none for SIGUSR2).
+    client: Option<ControlRequest>,
+    requested: Instant,
+    deadline: Instant,
+    pid: i32,
+    /// How the probe ended, once reaped.
+    ended: Option<Ended>,
+    /// What it said so far.
+    said: tokio::sync::watch::Receiver<Said>,
+    /// It will say nothing more (its outputs ended).
+    silent: bool,
+}
+
+impl Upgrading {
+    /// When to look again if nothing happens (the probe's deadline).
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Once the probe said something that may be enough to judge it
+    /// (pending once it will say nothing more).
+    pub async fn heard(&mut self) {
+        if !self.silent && self.said.changed().await.is_ok() {
+            return;
+        }
+        self.silent = true;
+        std::future::pending().await
+    }
+}
+
+/// Say no to whoever asked.
+fn refuse(client: Option<ControlRequest>, binary: &std::path::Path, why: &str) {
+    error!(
+        event = "upgrade_refused",
+        binary = %binary.display(),
+        reason = why,
+        "upgrade to {} refused: {why}; this supervisor runs on unchanged",
+        binary.display()
+    );
+    if let Some(client) = client {
+        let _ = client.reply.try_send(
+            error_reply(&format!(
+                "upgrade refused: {why}; the running supervisor is unchanged"
+            ))
+            .to_string(),
+        );
+    }
+}
+
+/// What of the output rings goes into the state.
+#[derive(Clone, Copy)]
+enum Rings {
+    /// All of it (the exec).
+    All,
+    /// Each ring's last line (the probe: the format, not megabytes of output).
+    Sample,
+}
+
+/// The state as it would be handed over now, and the fds it names.
+fn handover(
+    supervisor: &Supervisor<System>,
+    kept: &Kept<'_>,
+    client: Option<RawFd>,
+    requested: Instant,
+    rings: Rings,
+) -> Result<(Vec<u8>, Vec<RawFd>), String> {
+    let mut rings_state = kept.logs.export();
+    if let Rings::Sample = rings {
+        for ring in &mut rings_state {
+            let last = ring.lines.pop();
+            ring.lines = last.into_iter().collect();
+        }
+    }
+    let requested_at = crate::monotonic::to_nanos(requested).map_err(|e| e.to_string())?;
+    let state = Handover {
+        format: upgrade::FORMAT,
+        core_format: crate::core::STATE_VERSION,
+        from_version: upgrade::VERSION.to_string(),
+        requested_at,
+        supervisor: supervisor.handover(),
+        system: supervisor.effects().export(),
+        shell: ShellState {
+            control: kept.control,
+            notify: kept.notify.clone(),
+            claim: kept.claim.clone(),
+            client,
+            default_binary: kept.lineage.default_binary.clone(),
+            started_at: kept.lineage.started_at,
+            upgrades: kept.lineage.upgrades + 1,
+            seen_hash: kept.seen_hash,
+            identity: kept.identity.clone(),
+            metrics: kept.metrics.clone(),
+        },
+        rings: rings_state,
+    };
+    state.check()?;
+    Ok((state.encode()?, state.fds()))
+}
+
+/// Begin an upgrade to `binary` (or the default one): start its probe.
+/// Refused at once when one is under way, when shutting down, or when the
+/// binary cannot be run.
+pub fn begin(
+    upgrading: &mut Option<Upgrading>,
+    supervisor: &mut Supervisor<System>,
+    kept: &Kept<'_>,
+    binary: Option<String>,
+    client: Option<ControlRequest>,
+) {
+    let binary = binary.map_or_else(|| kept.lineage.default_binary.clone(), PathBuf::from);
+    if upgrading.is_some() {
+        refuse(client, &binary, "another upgrade is under way");
+        return;
+    }
+    if supervisor.core().phase() == crate::core::Phase::ShuttingDown {
+        refuse(client, &binary, "the supervisor is shutting down");
+        return;
+    }
+    let requested = Instant::now();
+    let probed = file_is(&binary);
+    let state = match handover(supervisor, kept, None, requested, Rings::Sample) {
+        Ok((state, _)) => state,
+        Err(why) => return refuse(client, &binary, &why),
+    };
+    match supervisor.effects_mut().start_upgrade_probe(&binary, state) {
+        Ok(running) => {
+            info!(
+                event = "upgrade_probing",
+                binary = %binary.display(),
+                "upgrade: asking {} whether it can take over",
+                binary.display()
+            );
+            *upgrading = Some(Upgrading {
+                binary,
+                probed,
+                client,
+                requested,
+                // From the probe's start: the state's making is not its time.
+                deadline: Instant::now() + probe::PROBE_TIMEOUT,
+                pid: running.pid,
+                ended: None,
+                said: running.said,
+                silent: false,
+            });
+        }
+        Err(why) => refuse(client, &binary, &why),
+    }
+}
+
+/// What the loop does after an event while an upgrade is under way.
+pub enum Next {
+    /// Wait: the probe has not answered (or not exited) yet.
+    Wait,
+    /// Refused (said to the client): the loop goes on.
+    Refused,
+    /// The probe agreed: carry out the exec now ([`carry_out`]).
+    Exec(Box<Agreed>),
+}
+
+/// An agreed upgrade, ready for [`carry_out`].
+pub struct Agreed {
+    binary: PathBuf,
+    probed: Option<FileIs>,
+    client: Option<ControlRequest>,
+    requested: Instant,
+    version: String,
+}
+
+/// Look at the probe: its answer, its end, its deadline. It is judged once
+/// it ended and said enough ([`Said::enough`]: its first line, or why it
+/// failed) — or at its deadline, with what it said if it ended.
+pub fn progress(upgrading: &mut Option<Upgrading>, supervisor: &mut Supervisor<System>) -> Next {
+    let Some(current) = upgrading.as_mut() else {
+        return Next::Wait;
+    };
+    if current.ended.is_none() {
+        current.ended = supervisor.effects_mut().probe_ended();
+    }
+    let late = Instant::now() >= current.deadline;
+    let verdict = {
+        let said = current.said.borrow();
+        match current.ended {
+            Some(ended) if late || said.enough(ended) => {
+                Some(probe::verdict(&current.binary, ended, &said))
+            }
+            None if late => Some(Err(format!(
+                "{} --upgrade-probe did not answer within {}",
+                current.binary.display(),
+                humantime::format_duration(probe::PROBE_TIMEOUT)
+            ))),
+            _ => None,
+        }
+    };
+    let Some(verdict) = verdict else {
+        return Next::Wait;
+    };
+    let Some(done) = upgrading.take() else {
+        return Next::Wait;
+    };
+    match verdict {
+        Ok(agreed) => Next::Exec(Box::new(Agreed {
+            binary: done.binary,
+            probed: done.probed,
+            client: done.client,
+            requested: done.requested,
+            version: agreed.version,
+        })),
+        Err(why) => {
+            if done.ended.is_none() {
+                supervisor.effects_mut().abandon_probe();
+                warn!(
+                    "upgrade: killed the probe (pid {}), which did not answer in time",
+                    done.pid
+                );
+            }
+            refuse(done.client, &done.binary, &why);
+            Next::Refused
+        }
+    }
+}
+
+/// The loop shuts down: an upgrade under way is refused.
+pub fn cancel(upgrading: &mut Option<Upgrading>, supervisor: &mut Supervisor<System>) {
+    if let Some(done) = upgrading.take() {
+        supervisor.effects_mut().abandon_probe();
+        refuse(done.client, &done.binary, "the supervisor is shutting down");
+    }
+}
+
+/// Exec the agreed binary with the state as it is now. Returns only if the
+/// exec failed (said to the client and logged); the loop goes on.
+pub fn carry_out(agreed: Agreed, supervisor: &mut Supervisor<System>, kept: &Kept<'_>) {
+    let Agreed {
+        binary,
+        probed,
+        client,
+        requested,
+        version,
+    } = agreed;
+    if probed.is_none() || file_is(&binary) != probed {
+        return refuse(
+            client,
+            &binary,
+            "the binary is not the file that was probed (it was replaced meanwhile); run the upgrade again",
+        );
+    }
+    info!(
+        event = "upgrading",
+        binary = %binary.display(),
+        to_version = %version,
+        "upgrade: {} ({version}) takes over now",
+        binary.display()
+    );
+    supervisor.effects_mut().abandon_transients();
+    let connection = client.as_ref().map(|c| c.connection);
+    let (state, fds) = match handover(supervisor, kept, connection, requested, Rings::All) {
+        Ok(handover) => handover,
+        Err(why) => {
+            supervisor.upgrade_abandoned();
+            return refuse(client, &binary, &why);
+        }
+    };
+    supervisor.effects_mut().expect_takeover(takeover_timeout());
+    supervisor.effects().flush_output(FLUSH_WAIT);
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let error = upgrade::exec::exec(&binary, &args, &state, &fds);
+    supervisor.effects_mut().took_over();
+    supervisor.effects().resume_log_files();
+    supervisor.upgrade_abandoned();
+    refuse(
+        client,
+        &binary,
+        &format!("cannot exec {}: {error}", binary.display()),
+    );
+}
+
+/// After an upgrade, in the new image: every worker that waits for a
+/// readiness probe gets it again.
+pub fn resume_probes(supervisor: &mut Supervisor<System>) {
+    let waiting: Vec<(String, u32, crate::spec::Readiness, i32)> = supervisor
+        .core()
+        .apps()
+        .flat_map(|app| {
+            app.workers
+                .values()
+                .filter_map(move |worker| match worker.state {
+                    State::Starting { pid, .. } => Some((
+                        app.spec.name.clone(),
+                        worker.slot,
+                        app.spec.ready.clone(),
+                        pid,
+                    )),
+                    _ => None,
+                })
+        })
+        .collect();
+    for (app, slot, readiness, pid) in waiting {
+        supervisor
+            .effects_mut()
+            .resume_probe(&app, slot, &readiness, pid);
+    }
+}
+
+/// After an upgrade, in the new image: say so, and answer the client.
+/// `lost`: workers found no longer ours (see `child_lost`).
+pub fn announce(
+    client: Option<RawFd>,
+    from_version: &str,
+    requested_at: u64,
+    upgrades: u32,
+    lost: usize,
+) {
+    let took_ms = crate::monotonic::to_nanos(Instant::now())
+        .map(|now| now.saturating_sub(requested_at) / 1_000_000)
+        .unwrap_or(0);
+    let kept = match lost {
+        0 => "every worker kept".to_string(),
+        n => format!("{n} workers ended in the exec window (child_lost)"),
+    };
+    info!(
+        event = "upgraded",
+        from_version,
+        to_version = upgrade::VERSION,
+        took_ms,
+        upgrades,
+        lost,
+        "upgraded from {from_version} to {} in {took_ms} ms; {kept}",
+        upgrade::VERSION
+    );
+    if let Some(fd) = client {
+        let line = serde_json::json!({
+            "ok": true,
+            "from_version": from_version,
+            "to_version": upgrade::VERSION,
+            "took_ms": took_ms,
+            "pid": std::process::id(),
+            "upgrades": upgrades,
+            "lost": lost,
+        });
+        if let Err(error) = crate::effects::control::answer_kept_client(fd, &line.to_string()) {
+            warn!("upgrade: cannot answer the client that asked: {error}");
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! Self-upgrade: `supervise upgrade` (or SIGUSR2) replaces the running
+//! supervisor's binary by a new one without touching a single worker.
+//!
+//! The running image serializes its whole state — the core's (every app,
+//! worker, rollout, hold, timer) and the shell's (the fds of the sockets,
+//! pipes and helpers, the output rings, what each process's exec status and
+//! output pump were at) — as one versioned [`Handover`]. It first asks the
+//! new binary whether it can read it ([`probe`]: `BINARY --upgrade-probe`
+//! with the state on stdin, within [`probe::PROBE_TIMEOUT`]); anything but a
+//! clear yes refuses the upgrade and leaves everything as it was. Then it
+//! writes the state into a memfd and `execve`s the new binary from the main
+//! thread, keeping open exactly the fds the state names ([`exec`]). The new
+//! image finds the memfd through [`exec::HANDOVER_ENV`], restores every part,
+//! reaps what exited in the window, re-reads the file, answers the client
+//! that asked, and logs `upgraded`.
+//!
+//! The pid stays the same, so every worker stays our child, keeps its
+//! `PR_SET_PDEATHSIG` and its process group; the listening sockets are the
+//! same sockets, so no connection is refused; the undertaker keeps its pipe.
+
+pub mod exec;
+pub mod probe;
+
+use std::os::fd::RawFd;
+
+use serde::{Deserialize, Serialize};
+
+/// The format of [`Handover`]; bumped when it changes incompatibly. A new
+/// binary refuses (at the probe) a state of a format it does not read.
+pub const FORMAT: u32 = 1;
+/// The largest state read (the output rings dominate: 256 KiB per
+/// instance at most).
+pub const MAX_STATE_BYTES: usize = 1 << 30;
+/// This binary's version, as `status` and the `upgraded` event show it.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Everything one image hands the next. `S` is the supervisor's part: a
+/// view of the running one when written, owned when read.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Handover<S = crate::supervisor::upgrade::SupervisorState> {
+    pub format: u32,
+    /// The format of the serialized core ([`crate::core::STATE_VERSION`]).
+    pub core_format: u32,
+    /// The version of the image that wrote it.
+    pub from_version: String,
+    /// When the upgrade was asked for (CLOCK_MONOTONIC nanoseconds), for
+    /// `took_ms`.
+    pub requested_at: u64,
+    pub supervisor: S,
+    pub system: crate::effects::system::SystemState,
+    pub shell: crate::supervisor::upgrading::ShellState,
+    /// The last lines of every instance (`supervise logs`).
+    pub rings: crate::effects::control::RingsState,
+}
+
+/// Just the format, read first: a state of another format is refused with
+/// that, not with whatever field it lacks.
+#[derive(Deserialize)]
+struct FormatOnly {
+    format: u32,
+    #[serde(default)]
+    core_format: u32,
+}
+
+impl Handover {
+    /// Read a state, refusing another format clearly.
+    pub fn decode(bytes: &[u8]) -> Result<Handover, String> {
+        let head: FormatOnly = serde_json::from_slice(bytes)
+            .map_err(|e| format!("the state is not a supervise state: {e}"))?;
+        if head.format != FORMAT {
+            return Err(format!(
+                "the state is of format {}; this binary ({VERSION}) reads format {FORMAT}",
+                head.format
+            ));
+        }
+        if head.core_format != crate::core::STATE_VERSION {
+            return Err(format!(
+                "the core's state is of format {}; this binary ({VERSION}) reads format {}",
+                head.core_format,
+                crate::core::STATE_VERSION
+            ));
+        }
+        serde_json::from_slice(bytes).map_err(|e| format!("cannot read the state: {e}"))
+    }
+}
+
+impl<S> Handover<S> {
+    /// Every fd the state names; each once.
+    pub fn fds(&self) -> Vec<RawFd> {
+        let mut fds = self.system.fds();
+        fds.extend(self.shell.fds());
+        fds
+    }
+
+    /// What decoding cannot see: every fd named is one a process can keep
+    /// (above stdio) and is named once.
+    pub fn check(&self) -> Result<(), String> {
+        let fds = self.fds();
+        let mut seen = std::collections::HashSet::new();
+        for fd in fds {
+            if fd < 3 {
+                return Err(format!("the state names fd {fd}, one of stdio"));
+            }
+            if !seen.insert(fd) {
+                return Err(format!("the state names fd {fd} twice"));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<S: Serialize> Handover<S> {
+    /// The state as the next image reads it: refused when larger than it
+    /// reads ([`MAX_STATE_BYTES`]), which it would find only after the exec,
+    /// with nothing left to go back to.
+    pub fn encode(&self) -> Result<Vec<u8>, String> {
+        let bytes = serde_json::to_vec(self).map_err(|e| format!("cannot write the state: {e}"))?;
+        readable(bytes, MAX_STATE_BYTES)
+    }
+}
+
+/// `bytes`, when a new image reads that many (at most `limit`).
+fn readable(bytes: Vec<u8>, limit: usize) -> Result<Vec<u8>, String> {
+    if bytes.len() > limit {
+        return Err(format!(
+            "the state is {} bytes, more than the {limit} a new image reads (the output rings take most of it)",
+            bytes.len()
+        ));
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_state_of_another_format_is_refused_with_its_format() {
+        let other = Handover::decode(br#"{"format": 2, "core_format": 1}"#).unwrap_err();
+        assert!(
+            other.contains("format 2") && other.contains("reads format 1"),
+            "{other}"
+        );
+        let core = Handover::decode(br#"{"format": 1, "core_format": 9}"#).unwrap_err();
+        assert!(core.contains("core's state is of format 9"), "{core}");
+        let partial = Handover::decode(br#"{"format": 1, "core_format": 1}"#).unwrap_err();
+        assert!(partial.contains("cannot read the state"), "{partial}");
+        let garbage = Handover::decode(b"\xff\x00not json").unwrap_err();
+        assert!(garbage.contains("not a supervise state"), "{garbage}");
+    }
+
+    #[test]
+    fn a_state_larger_than_a_new_image_reads_is_refused_before_the_exec() {
+        assert_eq!(readable(vec![b'x'; 8], 8), Ok(vec![b'x'; 8]));
+        let refused = readable(vec![b'x'; 9], 8).unwrap_err();
+        assert!(
+            refused.contains("9 bytes") && refused.contains("the 8 a new image reads"),
+            "{refused}"
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn no_bytes_make_decoding_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+            let _ = Handover::decode(&bytes);
+        }
+    }
+}
