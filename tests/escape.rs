@@ -323,7 +323,9 @@ fn a_killed_undertaker_is_replaced_and_still_kills_everything() {
         }
         let started = Instant::now();
         let restarted = s.wait_for("a new undertaker", |e| e["event"] == "undertaker_restarted");
-        assert!(started.elapsed() < Duration::from_secs(1), "{restarted}");
+        // At once (a loaded machine may take a few seconds; a supervisor that
+        // missed the death would take forever).
+        assert!(started.elapsed() < Duration::from_secs(5), "{restarted}");
         assert!(
             child_with_argument(s.pid(), "__undertaker").is_some_and(|pid| pid != undertaker),
             "a new undertaker runs"

@@ -451,10 +451,7 @@ fn the_examples_servers_bind_every_interface_without_fd_3() {
 fn the_stack_example_comes_up_in_order_and_answers() {
     let source = example_dir("stack");
     let original = std::fs::read_to_string(source.join("ecosystem.yaml")).unwrap();
-    let db_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port");
+    let db_port = free_port();
     let mut s = Supervised::start_with("", &[], |dir| {
         copy_tree(&source, dir);
         let yaml = replace(&original, "127.0.0.1:8080", "127.0.0.1:0");

@@ -19,12 +19,12 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::regex_escape;
+use common::{free_port, regex_escape};
 use supervise::export::systemd::MAX_PART_OF_PER_UNIT;
 
 fn root() -> &'static Path {
@@ -377,14 +377,6 @@ fn systemd_version() -> u32 {
         .nth(1)
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
-}
-
-/// A port nobody listens on now.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 /// The value of `key=` lines in a unit file's text (all of them, in order).

@@ -25,12 +25,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use supervise::core::INJECT_GRACE;
 
-/// A port free now on 127.0.0.1 (bound, read, closed).
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("address").port()
-}
-
 /// One HTTP/1.0 request on a new connection: the body, or the error.
 fn get(port: u16) -> std::io::Result<String> {
     let mut stream = TcpStream::connect(("127.0.0.1", port))?;

@@ -359,14 +359,6 @@ fn listening_inode(port: u16) -> Option<String> {
     })
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[test]
 fn renaming_an_app_or_moving_its_address_keeps_the_socket() {
     let port = free_port();

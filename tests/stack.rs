@@ -7,14 +7,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Supervised, app_status, save, status_json, timestamp_ms};
+use common::{Supervised, app_status, free_port, save, status_json, timestamp_ms};
 use serde_json::Value;
-
-/// A port nothing listens on now (the kernel's pick, released).
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    listener.local_addr().expect("its address").port()
-}
 
 /// db listens on `port` after 1 s (ready by a tcp probe) ← migrate (a
 /// one-shot running `migration`) ← api (2 instances on a shared socket),

@@ -18,9 +18,11 @@ use crate::config::node::{self, MAX_FILE_BYTES};
 /// milliseconds; a file that waits on something is not a config file.
 pub const NODE_EVAL_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long what node wrote to stderr is waited for once node has exited
-/// (a child it left behind may hold the pipe open).
-const STDERR_AFTER_EXIT: Duration = Duration::from_millis(200);
+/// How long what node wrote to stderr is waited for once node and its
+/// process group are gone: the end of the pipe comes at once, unless a child
+/// that left the group holds it open (then only this long). Generous, so a
+/// loaded machine's slow reader thread still brings node's error.
+const STDERR_AFTER_EXIT: Duration = Duration::from_secs(2);
 
 /// The most of node's stderr kept for an error message.
 const MAX_NODE_STDERR: u64 = 64 * 1024;

@@ -32,25 +32,31 @@ const FLUSH_WAIT: Duration = Duration::from_secs(1);
 /// undertaker takes it for hung and cleans up as after a crash (far above
 /// the restore of 1,000 instances' state)…
 pub const TAKEOVER_TIMEOUT: Duration = Duration::from_secs(30);
-/// …unless this environment variable says otherwise (a duration: `2s`)…
+/// …unless this environment variable says otherwise (a duration: `2s`).
 pub const TAKEOVER_TIMEOUT_ENV: &str = "SUPERVISE_TAKEOVER_TIMEOUT";
-/// …of at least this (shorter, a sound new image would be killed).
-pub const MIN_TAKEOVER_TIMEOUT: Duration = Duration::from_secs(1);
+/// The probe's deadline ([`probe::PROBE_TIMEOUT`]) may be set the same way
+/// (longer on a loaded machine, say).
+pub const PROBE_TIMEOUT_ENV: &str = "SUPERVISE_PROBE_TIMEOUT";
+/// The shortest either may be set to (shorter, a sound new image would be
+/// refused or killed).
+pub const MIN_UPGRADE_TIMEOUT: Duration = Duration::from_secs(1);
 
-fn takeover_timeout() -> Duration {
-    let Some(text) = std::env::var_os(TAKEOVER_TIMEOUT_ENV) else {
-        return TAKEOVER_TIMEOUT;
+/// The duration in the environment variable `name`, or `default` when it is
+/// unset or not a duration of at least [`MIN_UPGRADE_TIMEOUT`] (said).
+fn timeout_from_env(name: &str, default: Duration) -> Duration {
+    let Some(text) = std::env::var_os(name) else {
+        return default;
     };
     let text = text.to_string_lossy();
     match humantime::parse_duration(&text) {
-        Ok(timeout) if timeout >= MIN_TAKEOVER_TIMEOUT => timeout,
+        Ok(timeout) if timeout >= MIN_UPGRADE_TIMEOUT => timeout,
         _ => {
             warn!(
-                "{TAKEOVER_TIMEOUT_ENV}={text} is not a duration of at least {}; taking {}",
-                humantime::format_duration(MIN_TAKEOVER_TIMEOUT),
-                humantime::format_duration(TAKEOVER_TIMEOUT)
+                "{name}={text} is not a duration of at least {}; taking {}",
+                humantime::format_duration(MIN_UPGRADE_TIMEOUT),
+                humantime::format_duration(default)
             );
-            TAKEOVER_TIMEOUT
+            default
         }
     }
 }
@@ -151,6 +157,8 @@ pub struct Upgrading {
     /// The client that asked (none for SIGUSR2).
     client: Option<ControlRequest>,
     requested: Instant,
+    /// How long the probe may take, and when that is over.
+    timeout: Duration,
     deadline: Instant,
     pid: i32,
     /// How the probe ended, once reaped.
@@ -272,6 +280,7 @@ pub fn begin(
         Ok((state, _)) => state,
         Err(why) => return refuse(client, &binary, &why),
     };
+    let timeout = timeout_from_env(PROBE_TIMEOUT_ENV, probe::PROBE_TIMEOUT);
     match supervisor.effects_mut().start_upgrade_probe(&binary, state) {
         Ok(running) => {
             info!(
@@ -285,8 +294,9 @@ pub fn begin(
                 probed,
                 client,
                 requested,
+                timeout,
                 // From the probe's start: the state's making is not its time.
-                deadline: Instant::now() + probe::PROBE_TIMEOUT,
+                deadline: Instant::now() + timeout,
                 pid: running.pid,
                 ended: None,
                 said: running.said,
@@ -336,7 +346,7 @@ pub fn progress(upgrading: &mut Option<Upgrading>, supervisor: &mut Supervisor<S
             None if late => Some(Err(format!(
                 "{} --upgrade-probe did not answer within {}",
                 current.binary.display(),
-                humantime::format_duration(probe::PROBE_TIMEOUT)
+                humantime::format_duration(current.timeout)
             ))),
             _ => None,
         }
@@ -410,7 +420,9 @@ pub fn carry_out(agreed: Agreed, supervisor: &mut Supervisor<System>, kept: &Kep
             return refuse(client, &binary, &why);
         }
     };
-    supervisor.effects_mut().expect_takeover(takeover_timeout());
+    supervisor
+        .effects_mut()
+        .expect_takeover(timeout_from_env(TAKEOVER_TIMEOUT_ENV, TAKEOVER_TIMEOUT));
     supervisor.effects().flush_output(FLUSH_WAIT);
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let error = upgrade::exec::exec(&binary, &args, &state, &fds);
