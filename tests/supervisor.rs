@@ -399,9 +399,12 @@ apps:
     restart: never
 "#,
     );
-    s.wait_for("the flood to end", |e| {
+    // Half a million lines, each an event this test reads as JSON: a loaded
+    // machine takes longer than the usual wait.
+    let ended = s.next_within(Duration::from_secs(180), |e| {
         e["event"] == "exited" && e["app"] == "flood"
     });
+    assert!(ended.is_some(), "the flood did not end\n{}", s.dump());
     let status = std::fs::read_to_string(format!("/proc/{}/status", s.pid())).unwrap();
     let peak_kb: u64 = status
         .lines()

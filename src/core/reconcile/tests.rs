@@ -597,10 +597,14 @@ fn reconcile_is_n_log_n_not_n_squared() {
             .min()
             .unwrap_or_default()
     };
-    let small = fastest(1000);
-    let large = fastest(4000);
-    // 4× the workers: N log N costs ~4.8× as much, N² would cost 16×.
-    assert!(large < small * 10, "1,000: {small:?}; 4,000: {large:?}");
+    let small = fastest(250);
+    let large = fastest(2000);
+    // 8× the workers: N log N costs ~10× as much, N² would cost 64×. The
+    // margin is wide, and both sets are small enough to stay in the caches:
+    // a loaded machine (a busy sibling core, a shared cache) slows a larger
+    // working set more than its share.
+    println!("reconcile of 250 workers: {small:?}; of 2,000: {large:?}");
+    assert!(large < small * 25, "250: {small:?}; 2,000: {large:?}");
 }
 
 #[test]
