@@ -181,3 +181,50 @@ fn weekday_field(text: &str) -> Result<Option<String>, String> {
         .collect();
     Ok(Some(items.join(",")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cron_expressions_become_calendars() {
+        let calendar = |e: &str| cron_to_calendar(e).unwrap();
+        assert_eq!(calendar("0 3 * * *"), ("*-*-* 03:00:00".into(), false));
+        assert_eq!(
+            calendar("*/15 * * * 1-5"),
+            ("Mon..Fri *-*-* *:00/15:00".into(), false)
+        );
+        assert_eq!(
+            calendar("30 2 1,15 jan *"),
+            ("*-01-01,15 02:30:00".into(), false)
+        );
+        assert_eq!(calendar("0 0 1 * 0"), ("Sun *-*-01 00:00:00".into(), true));
+        assert_eq!(calendar("@weekly"), ("Sun *-*-* 00:00:00".into(), false));
+        assert_eq!(
+            calendar("0 12 * * 5-7"),
+            ("Fri..Sun *-*-* 12:00:00".into(), false)
+        );
+        // systemd's week starts on Monday: a range from Sunday is split.
+        assert_eq!(
+            calendar("0 0 * * 0-5"),
+            ("Mon..Fri,Sun *-*-* 00:00:00".into(), false)
+        );
+        assert_eq!(
+            calendar("0 0 * * sun-sat"),
+            ("Mon..Sun *-*-* 00:00:00".into(), false)
+        );
+        assert_eq!(
+            calendar("0 0 * * 7,1-2"),
+            ("Mon..Tue,Sun *-*-* 00:00:00".into(), false)
+        );
+        assert_eq!(
+            calendar("0 0 * * */2"),
+            ("Tue,Thu,Sat..Sun *-*-* 00:00:00".into(), false)
+        );
+        // A step longer than its field repeats never: its first value.
+        assert_eq!(calendar("0 */25 * * *"), ("*-*-* 00:00:00".into(), false));
+        assert_eq!(calendar("*/30 * * * *"), ("*-*-* *:00/30:00".into(), false));
+        assert_eq!(calendar("50/10 * * * *"), ("*-*-* *:50:00".into(), false));
+        assert!(cron_to_calendar("0 0 L * *").is_err());
+    }
+}

@@ -125,3 +125,47 @@ pub(super) fn continues_a_line(text: &str) -> bool {
     text.lines()
         .any(|line| line.chars().rev().take_while(|c| *c == '\\').count() % 2 == 1)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_are_escaped_for_systemd() {
+        assert_eq!(exec_word("/usr/bin/python3"), "/usr/bin/python3");
+        assert_eq!(exec_word("a b"), "\"a b\"");
+        assert_eq!(exec_word("100%"), "100%%");
+        assert_eq!(exec_word("$HOME"), "\"$$HOME\"");
+        assert_eq!(exec_word("x\ny"), "\"x\\ny\"");
+        assert_eq!(exec_word(""), "\"\"");
+        assert_eq!(exec_word("x\u{85}y\u{7f}"), "\"x\\u0085y\\x7f\"");
+        assert_eq!(
+            exec_word(&marked(&Template::parse("--slot={instance}").unwrap())),
+            "--slot=%i"
+        );
+    }
+
+    #[test]
+    fn offsets_go_through_the_shell() {
+        let word = shell_word(&Template::parse("--port={instance+9000}").unwrap());
+        assert_eq!(escape_specifiers(&word), "'--port='$((9000+%i))");
+        assert_eq!(shell_word(&Template::literal("it's")), "'it'\\''s'");
+    }
+
+    #[test]
+    fn durations_are_plain_seconds() {
+        assert_eq!(timespan(Duration::from_secs(31 * 86400)), "2678400s");
+        assert_eq!(timespan(Duration::from_secs(90)), "90s");
+        assert_eq!(timespan(Duration::from_millis(1500)), "1500ms");
+        assert_eq!(timespan(Duration::from_micros(2500)), "2500us");
+        assert_eq!(timespan(Duration::ZERO), "0s");
+    }
+
+    #[test]
+    fn a_line_cannot_be_broken() {
+        assert!(continues_a_line("A=1\nB=x\\\nC=2\n"));
+        assert!(!continues_a_line("A=x\\\\\nB=\\y\n"));
+        assert_eq!(escape_line("a\nb=c"), "a b=c");
+        assert_eq!(escape_line("50%"), "50%%");
+    }
+}
