@@ -575,36 +575,35 @@ fn reconcile_is_n_log_n_not_n_squared() {
         (spec, workers)
     }
     let t0 = Instant::now();
-    let fastest = |n: u32| {
-        let (spec, workers) = workers(n, t0);
-        let target = Target {
-            spec: &spec,
-            generation: 2,
-            rollout_halted: false,
-            recreate: false,
-            winding_down: false,
-            may_start: true,
-            holding: false,
-        };
-        // The fastest of many: a run preempted on a loaded machine (the
-        // tests run in parallel) does not count.
-        (0..25)
-            .map(|_| {
-                let start = Instant::now();
-                std::hint::black_box(reconcile(target, std::hint::black_box(&workers), t0));
-                start.elapsed()
-            })
-            .min()
-            .unwrap_or_default()
+    let (small_spec, small_workers) = workers(250, t0);
+    let (large_spec, large_workers) = workers(2000, t0);
+    let target = |spec| Target {
+        spec,
+        generation: 2,
+        rollout_halted: false,
+        recreate: false,
+        winding_down: false,
+        may_start: true,
+        holding: false,
     };
-    let small = fastest(250);
-    let large = fastest(2000);
-    // 8× the workers: N log N costs ~10× as much, N² would cost 64×. The
-    // margin is wide, and both sets are small enough to stay in the caches:
-    // a loaded machine (a busy sibling core, a shared cache) slows a larger
-    // working set more than its share.
+    let time = |spec, workers| {
+        let start = Instant::now();
+        std::hint::black_box(reconcile(target(spec), std::hint::black_box(workers), t0));
+        start.elapsed()
+    };
+    // The fastest of many, the two sizes taken in turns: a run preempted on
+    // a loaded machine (the tests run in parallel) does not count, and a
+    // load that comes and goes weighs on both sizes alike.
+    let (mut small, mut large) = (Duration::MAX, Duration::MAX);
+    for _ in 0..25 {
+        small = small.min(time(&small_spec, &small_workers));
+        large = large.min(time(&large_spec, &large_workers));
+    }
+    // 8× the workers: N log N costs ~10× as much (measured alone), N² would
+    // cost 64×. A loaded machine (a busy sibling core, a shared cache) has
+    // been seen to slow the larger set to 17×: the bound is half of N².
     println!("reconcile of 250 workers: {small:?}; of 2,000: {large:?}");
-    assert!(large < small * 25, "250: {small:?}; 2,000: {large:?}");
+    assert!(large < small * 32, "250: {small:?}; 2,000: {large:?}");
 }
 
 #[test]
