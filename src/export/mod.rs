@@ -67,6 +67,21 @@ pub enum Refused {
 }
 
 impl Source {
+    /// The path of `listen` entry `index` inside `app`: `listen` itself for
+    /// the one-entry form, `listen[i]` for a list (as [`Source::written`]
+    /// takes text segments, an index is written as its number).
+    pub fn listen_field(&self, app: &str, index: usize) -> Vec<String> {
+        let is_list = self
+            .written(app, &["listen"])
+            .and_then(|path| self.node_at(&path))
+            .is_some_and(|node| matches!(node.kind, node::NodeKind::Seq(_)));
+        if is_list {
+            vec!["listen".into(), index.to_string()]
+        } else {
+            vec!["listen".into()]
+        }
+    }
+
     /// Read and check the file at `path` (shown as `shown`) the way `check` does.
     pub fn load(path: &Path, host: &Host) -> Result<Source, Refused> {
         let shown = path.display().to_string();

@@ -41,21 +41,6 @@ pub(super) fn services_of(source: &Source, app: &AppSpec) -> Vec<(u16, String)> 
     services
 }
 
-/// The path of `listen` entry `index` inside the app: `listen` itself for
-/// the one-entry form, `listen[i]` for a list (as `Source::written` takes
-/// text segments, an index is written as its number).
-fn listen_field(source: &Source, app: &str, index: usize) -> Vec<String> {
-    let is_list = source
-        .written(app, &["listen"])
-        .and_then(|path| source.node_at(&path))
-        .is_some_and(|node| matches!(node.kind, crate::config::node::NodeKind::Seq(_)));
-    if is_list {
-        vec!["listen".into(), index.to_string()]
-    } else {
-        vec!["listen".into()]
-    }
-}
-
 impl AppExport<'_> {
     pub(super) fn first_tcp_port(&self) -> Option<u16> {
         self.app
@@ -73,7 +58,7 @@ impl AppExport<'_> {
         let mut names = HashSet::new();
         let mut first_tcp = true;
         for (index, listen) in self.app.process.listen.iter().enumerate() {
-            let entry = listen_field(self.source, &self.app.name, index);
+            let entry = self.source.listen_field(&self.app.name, index);
             let entry: Vec<&str> = entry.iter().map(String::as_str).collect();
             if listen.reuseport {
                 let mut field = entry.clone();

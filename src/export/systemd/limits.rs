@@ -5,7 +5,6 @@
 //! than none.
 
 use super::AppUnits;
-use super::sockets::listen_field;
 use crate::config::diagnostic::PathSeg;
 use crate::export::Notes;
 use crate::spec::ListenAddress;
@@ -88,7 +87,7 @@ impl AppUnits<'_> {
             check(notes, &["env_file"], "the env_file path", &absolute);
         }
         for (index, spec) in self.app.process.listen.iter().enumerate() {
-            let entry = listen_field(self.source, name, index);
+            let entry = self.source.listen_field(name, index);
             let mut field: Vec<&str> = entry.iter().map(String::as_str).collect();
             if let ListenAddress::Unix(path) = &spec.address {
                 check(

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 
 use super::AppUnits;
 use super::syntax::escape_line;
-use crate::export::{Notes, Source};
+use crate::export::Notes;
 use crate::spec::ListenAddress;
 
 /// One socket unit of an app.
@@ -35,7 +35,7 @@ impl AppUnits<'_> {
         }
         let mut units = Vec::new();
         for (index, spec) in listen.iter().enumerate() {
-            let field = listen_field(self.source, name, index);
+            let field = self.source.listen_field(name, index);
             let field: Vec<&str> = field.iter().map(String::as_str).collect();
             if spec.inject {
                 let mut inject = field.clone();
@@ -105,18 +105,5 @@ impl AppUnits<'_> {
             });
         }
         units
-    }
-}
-
-/// The path of `listen` entry `index` inside the app (see `kubernetes`).
-pub(super) fn listen_field(source: &Source, app: &str, index: usize) -> Vec<String> {
-    let is_list = source
-        .written(app, &["listen"])
-        .and_then(|path| source.node_at(&path))
-        .is_some_and(|node| matches!(node.kind, crate::config::node::NodeKind::Seq(_)));
-    if is_list {
-        vec!["listen".into(), index.to_string()]
-    } else {
-        vec!["listen".into()]
     }
 }
