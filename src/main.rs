@@ -34,6 +34,13 @@ extern "C" fn hold_closed_standard_fds() {
     }
 }
 
+/// The supervisor starts its helpers as `/proc/self/exe`, so the kernel names
+/// them `exe`: they take the name `supervise` back, so `ps`, `pgrep` and
+/// `top` show them as what they are.
+fn name_this_helper() {
+    let _ = nix::sys::prctl::set_name(c"supervise");
+}
+
 fn main() -> ExitCode {
     // The spawner: our own binary, started by the supervisor (see
     // effects::spawn::Spawner), its socket as fd 3.
@@ -41,6 +48,7 @@ fn main() -> ExitCode {
         .nth(1)
         .is_some_and(|a| a == supervise::effects::spawn::SPAWNER_ARG)
     {
+        name_this_helper();
         use std::os::fd::FromRawFd;
         // SAFETY: the supervisor started us with our socket as fd 3, ours to own.
         let socket = unsafe { std::os::fd::OwnedFd::from_raw_fd(3) };
@@ -51,6 +59,7 @@ fn main() -> ExitCode {
         .nth(1)
         .is_some_and(|a| a == supervise::effects::undertaker::UNDERTAKER_ARG)
     {
+        name_this_helper();
         use std::os::fd::FromRawFd;
         let args: Vec<std::ffi::OsString> = std::env::args_os().skip(2).collect();
         let Some(orders) = supervise::effects::undertaker::Orders::from_args(&args) else {

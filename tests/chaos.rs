@@ -29,14 +29,14 @@ fn fd_count(pid: i32) -> usize {
         .unwrap_or(0)
 }
 
-/// The supervisor's worker leaders (its children, without the undertaker).
+/// The supervisor's worker leaders (its children, without its helpers).
 fn workers(supervisor: i32) -> Vec<i32> {
+    let own = binary().canonicalize().unwrap_or_else(|_| binary());
     children_of(supervisor)
         .into_iter()
-        .filter(|p| {
-            std::fs::read_to_string(format!("/proc/{p}/comm"))
-                .is_ok_and(|c| !c.starts_with("supervise"))
-        })
+        // Not the helpers (nor a child between its fork and its exec): they
+        // run this build's binary.
+        .filter(|p| std::fs::read_link(format!("/proc/{p}/exe")).is_ok_and(|exe| exe != own))
         .filter(|p| process_state(*p).is_some_and(|s| s != 'Z'))
         .collect()
 }
