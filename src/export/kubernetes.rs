@@ -41,7 +41,6 @@ mod workloads;
 pub(crate) use names::is_dns1123_label;
 
 use super::{Exported, Notes, Source};
-use crate::config::diagnostic::PathSeg;
 use crate::spec::AppSpec;
 
 /// The command line's choices.
@@ -118,21 +117,18 @@ pub fn render(exported: &Exported) -> String {
 }
 
 fn warn_top_level(source: &Source, notes: &mut Notes) {
-    let top = |key: &str| vec![PathSeg::Key(key.to_string())];
-    if source.node_at(&top("memory_check")).is_some() {
-        notes.warn_key(
-            &top("memory_check"),
-            "`memory_check` has no effect in Kubernetes: the kernel holds each container to its memory limit",
-            "`max_memory` becomes resources.limits.memory",
-        );
-    }
-    if source.node_at(&top("metrics")).is_some() {
-        notes.warn_key(
-            &top("metrics"),
-            "`metrics` is not exported: there is no supervisor in the cluster to serve them",
-            "kube-state-metrics reports Deployments, replicas and restarts",
-        );
-    }
+    notes.warn_top_level_key(
+        source,
+        "memory_check",
+        "`memory_check` has no effect in Kubernetes: the kernel holds each container to its memory limit",
+        "`max_memory` becomes resources.limits.memory",
+    );
+    notes.warn_top_level_key(
+        source,
+        "metrics",
+        "`metrics` is not exported: there is no supervisor in the cluster to serve them",
+        "kube-state-metrics reports Deployments, replicas and restarts",
+    );
 }
 
 fn yaml<T: serde::Serialize>(object: &T) -> String {

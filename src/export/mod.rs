@@ -325,6 +325,14 @@ impl<'a> Notes<'a> {
         self.reporter.key_warning(path, message).help(help);
     }
 
+    /// A warning at top-level `key`, when the file has it.
+    pub fn warn_top_level_key(&mut self, source: &Source, key: &str, message: &str, help: &str) {
+        let path = [PathSeg::Key(key.to_string())];
+        if source.node_at(&path).is_some() {
+            self.warn_key(&path, message, help);
+        }
+    }
+
     /// Refuse: an error at `path` (the export fails with exit 1).
     pub fn error_key(&mut self, path: &[PathSeg], message: impl Into<String>, help: &str) {
         self.reporter.key_error(path, message).help(help);

@@ -136,21 +136,18 @@ pub fn render(exported: &Exported) -> String {
 }
 
 fn warn_top_level(source: &Source, notes: &mut Notes) {
-    let top = |key: &str| vec![PathSeg::Key(key.to_string())];
-    if source.node_at(&top("memory_check")).is_some() {
-        notes.warn_key(
-            &top("memory_check"),
-            "`memory_check` has no effect under systemd: the kernel holds each instance to MemoryMax=",
-            "`max_memory` becomes MemoryMax=",
-        );
-    }
-    if source.node_at(&top("metrics")).is_some() {
-        notes.warn_key(
-            &top("metrics"),
-            "`metrics` is not exported: there is no supervisor to serve them",
-            "systemd's own state is in `systemctl show` (and prometheus' systemd exporters)",
-        );
-    }
+    notes.warn_top_level_key(
+        source,
+        "memory_check",
+        "`memory_check` has no effect under systemd: the kernel holds each instance to MemoryMax=",
+        "`max_memory` becomes MemoryMax=",
+    );
+    notes.warn_top_level_key(
+        source,
+        "metrics",
+        "`metrics` is not exported: there is no supervisor to serve them",
+        "systemd's own state is in `systemctl show` (and prometheus' systemd exporters)",
+    );
 }
 
 /// The translation of one app, whose methods (one file per concern)
