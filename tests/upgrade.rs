@@ -285,16 +285,21 @@ fn five_upgrades_under_load_keep_every_worker_and_refuse_no_request() {
     );
 }
 
-#[test]
-fn numbered_lines_across_five_upgrades_are_all_in_logs_once() {
-    let mut s = Supervised::start(
+/// A supervisor of `counter`, which prints 0, 1, 2… 50 lines a second.
+fn counter() -> Supervised {
+    Supervised::start(
         r#"
 apps:
   counter:
     command: [python3, -u, -c, "import time\nfor i in range(100000):\n    print(i)\n    time.sleep(0.02)"]
     ready: none
 "#,
-    );
+    )
+}
+
+#[test]
+fn numbered_lines_across_five_upgrades_are_all_in_logs_once() {
+    let mut s = counter();
     s.wait_line("5");
     for n in 1..=5 {
         upgrade(&s, &[]);
@@ -781,14 +786,7 @@ fn metrics_keep_their_port_and_their_counters_across_an_upgrade() {
 #[test]
 fn a_logs_follower_follows_the_new_image_and_ends_with_the_supervisor() {
     use std::io::BufRead;
-    let mut s = Supervised::start(
-        r#"
-apps:
-  counter:
-    command: [python3, -u, -c, "import time\nfor i in range(100000):\n    print(i)\n    time.sleep(0.02)"]
-    ready: none
-"#,
-    );
+    let mut s = counter();
     s.wait_line("3");
     let mut follower = Command::new(binary())
         .current_dir(s.dir.path())
