@@ -11,6 +11,20 @@ use super::worker::Exit;
 use super::{Action, CheckOrder, Core, Event, Input};
 use crate::spec::{AppSpec, Desired};
 
+/// The answer to check `order`: passed, or failed with `HTTP 500`.
+pub fn check_answer(order: &CheckOrder, passed: bool) -> Input {
+    Input::Checked {
+        pid: order.pid,
+        check: order.check,
+        passed,
+        detail: if passed {
+            String::new()
+        } else {
+            "HTTP 500".into()
+        },
+    }
+}
+
 /// The core with a pretend shell around it.
 pub struct Harness {
     pub core: Core,

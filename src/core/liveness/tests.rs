@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
+use super::super::harness::check_answer;
 use super::super::worker::{Outcome, State};
 use super::super::{Action, CheckOrder, Core, Event, Input, StopReason, WatchdogMessage};
 use crate::spec::{
@@ -132,17 +133,7 @@ impl Shell {
     }
 
     fn answer_order(&mut self, order: &CheckOrder, passed: bool) {
-        let answer = Input::Checked {
-            pid: order.pid,
-            check: order.check,
-            passed,
-            detail: if passed {
-                String::new()
-            } else {
-                "HTTP 500".into()
-            },
-        };
-        self.core.input(answer, self.now);
+        self.core.input(check_answer(order, passed), self.now);
         self.settle();
     }
 

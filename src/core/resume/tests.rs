@@ -5,7 +5,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use super::super::commands::Order;
-use super::super::harness::Harness;
+use super::super::harness::{Harness, check_answer};
 use super::super::worker::{Exit, State};
 use super::super::{Action, Core, Input, Phase};
 use crate::spec::{
@@ -409,17 +409,7 @@ fn checked(every: Duration) -> AppSpec {
 fn answer_checks(h: &mut Harness, passed: bool) {
     let now = h.now;
     for order in std::mem::take(&mut h.checks) {
-        let answer = Input::Checked {
-            pid: order.pid,
-            check: order.check,
-            passed,
-            detail: if passed {
-                String::new()
-            } else {
-                "HTTP 500".into()
-            },
-        };
-        h.core.input(answer, now);
+        h.core.input(check_answer(&order, passed), now);
     }
     h.settle();
 }
