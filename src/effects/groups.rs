@@ -15,7 +15,10 @@
 //! worker becomes our child) that carry its token: a walk of our own
 //! process tree through `/proc/PID/task/*/children`, never a pass over all
 //! of /proc. The adopted children and their tokens are read once for every
-//! question asked within [`ADOPTED_SCAN_TTL`], and the loop polls.
+//! question asked within [`ADOPTED_SCAN_TTL`], and the loop polls. A child
+//! whose environment reads empty may be within an `execve` (see
+//! [`Carried::Unread`]): for [`UNREAD_WAIT`] it is looked at again, and no
+//! instance counts as empty, until it reads.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
@@ -33,7 +36,7 @@ use tracing::{debug, warn};
 
 use super::cgroup;
 use super::procfs;
-use super::tracking::Tracking;
+use super::tracking::{Carried, Tracking};
 
 /// How long one look at our adopted children and their tokens answers
 /// questions.
@@ -44,10 +47,18 @@ pub const MAX_TREE: usize = 100_000;
 /// Without cgroups, how many times killing an instance's leftovers looks
 /// again for processes forked before their parent got its SIGKILL.
 pub const LEFTOVER_ROUNDS: usize = 32;
-/// How many tokens of discarded processes (ended `exec` checks) are looked
-/// for again at each discard: a check's child that escaped one look (it was
-/// in `execve`) is found at one of the next, a check period later.
+/// How many tokens of discarded processes (ended `exec` checks, probes) are
+/// looked for again at each discard: a check's child that escaped the looks
+/// of its own (it read empty for longer than [`UNREAD_WAIT`], on a machine
+/// under load) is found at one of the next, a check period later.
 pub const DISCARDED_TOKENS: usize = 256;
+/// Without cgroups, how long an adopted child whose environment reads empty
+/// (within an `execve`, or run without one) holds judgement back: a discard
+/// looks for it again, and no instance counts as empty, until it reads or
+/// this has passed since it was first seen so (then it has no token).
+pub const UNREAD_WAIT: Duration = Duration::from_secs(2);
+/// How soon a discard that met such a child looks again.
+pub const UNREAD_RECHECK: Duration = Duration::from_millis(10);
 
 /// Where a process about to be started goes.
 #[derive(Debug)]
@@ -109,8 +120,10 @@ pub struct Groups {
     dying: Vec<(PathBuf, Option<WatchDescriptor>)>,
     /// Token → the children we adopted (did not start) that carry it…
     adopted: HashMap<String, Vec<i32>>,
-    /// …as read at this moment.
+    /// …as read at this moment; the children whose environment read empty,
+    /// since when they read so.
     adopted_read: Option<Instant>,
+    unread: HashMap<i32, Instant>,
     /// Adopted processes killed at shutdown, to reap.
     reap_wait: usize,
     /// Instances sent SIGKILL (without cgroups): whatever is found of them
@@ -119,6 +132,10 @@ pub struct Groups {
     /// Tokens of the last processes discarded (without cgroups): what
     /// carries one is killed whenever it is found.
     discarded: VecDeque<String>,
+    /// A look for the discarded tokens is due (a discard met a child whose
+    /// environment read empty); `changed` wakes the loop for it.
+    recheck: bool,
+    changed: mpsc::Sender<()>,
 }
 
 impl Groups {
@@ -126,7 +143,7 @@ impl Groups {
     /// `changed` (one pending is enough: they coalesce).
     pub fn new(tracking: Tracking, changed: mpsc::Sender<()>) -> Groups {
         let watcher = match &tracking {
-            Tracking::Cgroups(_) => match start_watcher(changed) {
+            Tracking::Cgroups(_) => match start_watcher(changed.clone()) {
                 Ok(watcher) => Some(watcher),
                 Err(error) => {
                     warn!("cannot watch cgroups ({error}); checking them every 50 ms instead");
@@ -143,9 +160,12 @@ impl Groups {
             dying: Vec::new(),
             adopted: HashMap::new(),
             adopted_read: None,
+            unread: HashMap::new(),
             reap_wait: 0,
             killed: HashSet::new(),
             discarded: VecDeque::new(),
+            recheck: false,
+            changed,
         }
     }
 
@@ -190,6 +210,11 @@ impl Groups {
             groups.dying.push((cgroup, watch));
         }
         groups.settle();
+        // A look the previous image was to take again (a child of a discard
+        // read empty just before the exec) is taken here.
+        if !groups.discarded.is_empty() {
+            groups.kill_discarded();
+        }
         groups
     }
 
@@ -278,26 +303,56 @@ impl Groups {
             self.settle();
         }
         if let Some(token) = placement.token {
-            // A child caught in `execve` when the scan runs has no
-            // readable environment yet: the tokens of the last discards are
-            // looked for again at each one after.
+            // The tokens of the last discards are looked for again at each
+            // one after (a child that escaped a look, past [`UNREAD_WAIT`]).
             if self.discarded.len() == DISCARDED_TOKENS {
                 self.discarded.pop_front();
             }
             self.discarded.push_back(token);
-            self.adopted_read = None;
-            let tokens: Vec<String> = self.discarded.iter().cloned().collect();
-            for token in tokens {
-                let roots = self.adopted_with(&token);
-                for pid in tree(&roots) {
-                    // SAFETY: a process of a spawn of ours (our child
-                    // carrying its token, or one of its descendants).
-                    unsafe {
-                        libc::kill(pid, libc::SIGKILL);
-                    }
+            self.kill_discarded();
+        }
+    }
+
+    /// SIGKILL every adopted child that carries a discarded token, with its
+    /// tree. While a child's environment reads empty (within
+    /// [`UNREAD_WAIT`]), the loop is woken to look again ([`Groups::recheck`]).
+    fn kill_discarded(&mut self) {
+        self.adopted_read = None;
+        let tokens: Vec<String> = self.discarded.iter().cloned().collect();
+        for token in tokens {
+            let roots = self.adopted_with(&token);
+            for pid in tree(&roots) {
+                // SAFETY: a process of a spawn of ours (our child carrying
+                // its token, or one of its descendants).
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
                 }
             }
         }
+        if self.unread() && !self.recheck {
+            self.recheck = true;
+            let changed = self.changed.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(UNREAD_RECHECK).await;
+                let _ = changed.try_send(());
+            });
+        }
+    }
+
+    /// The loop was woken: if a discard met a child whose environment read
+    /// empty, the discarded tokens are looked for again.
+    pub fn recheck(&mut self) {
+        if std::mem::take(&mut self.recheck) {
+            self.kill_discarded();
+        }
+    }
+
+    /// Whether an adopted child's environment read empty at the last look,
+    /// for less than [`UNREAD_WAIT`] (what it carries is not known yet).
+    fn unread(&self) -> bool {
+        self.unread
+            .values()
+            .any(|since| since.elapsed() < UNREAD_WAIT)
     }
 
     /// A process was reaped: what we adopted may have changed.
@@ -314,13 +369,21 @@ impl Groups {
         if !fresh && let Tracking::Environment { .. } = &self.tracking {
             let leaders: HashSet<i32> = self.groups.keys().copied().collect();
             let mut adopted: HashMap<String, Vec<i32>> = HashMap::new();
+            let mut unread = HashMap::new();
+            let now = Instant::now();
             for pid in super::tracking::adopted(&leaders) {
-                if let Some(token) = super::tracking::run_token(pid) {
-                    adopted.entry(token).or_default().push(pid);
+                match super::tracking::run_token(pid) {
+                    Carried::Token(token) => adopted.entry(token).or_default().push(pid),
+                    Carried::Unread => {
+                        let since = self.unread.get(&pid).copied().unwrap_or(now);
+                        unread.insert(pid, since);
+                    }
+                    Carried::Nothing => {}
                 }
             }
             self.adopted = adopted;
-            self.adopted_read = Some(Instant::now());
+            self.unread = unread;
+            self.adopted_read = Some(now);
         }
         self.adopted.get(token).cloned().unwrap_or_default()
     }
@@ -415,7 +478,8 @@ impl Groups {
                                 }
                             }
                         }
-                        !group_alive && left.is_empty()
+                        // A child not read yet may be one of its own.
+                        !group_alive && left.is_empty() && !self.unread()
                     }
                     (None, None) => !group_alive,
                 }

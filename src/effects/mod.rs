@@ -111,8 +111,8 @@ pub trait Effects {
     /// The instance is gone for good: stop tracking it (the undertaker too).
     fn forget_group(&mut self, pgid: i32);
 
-    /// Something about the instances' processes changed (a cgroup emptied):
-    /// tidy up what is gone.
+    /// Something about the instances' processes changed (a cgroup emptied),
+    /// or the effects asked to be woken: tidy up what is gone.
     fn settle_groups(&mut self);
 
     /// `exec` in process `pid` succeeded (`None`) or failed: recorded, so that

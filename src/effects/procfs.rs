@@ -65,31 +65,97 @@ pub fn rss_bytes(pid: i32) -> Option<u64> {
     Some(pages * page)
 }
 
+/// How much of a process's environment one `read` takes. The kernel serves
+/// one `read` from one program's memory; a second `read` after an `execve`
+/// finds the old memory gone and ends the file there (cut short, an entry
+/// can be missing). An environment this large is read in one.
+pub const ENVIRON_READ_BYTES: usize = 64 * 1024;
+
+/// What a look at a process's environment found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Environ {
+    /// Gone (or a zombie, or a kernel thread: no environment to have).
+    None,
+    /// It reads empty. Either the program runs with none (`env -i`), or it
+    /// is within an `execve`: for a moment the kernel shows the new
+    /// program's memory before the environment is written there, and a read
+    /// begun before the switch ends empty. Only time tells them apart.
+    Unread,
+    /// Read into the buffer.
+    Read,
+}
+
+/// Read process `pid`'s environment into `buffer` (replaced).
+pub fn environ(pid: i32, buffer: &mut Vec<u8>) -> Environ {
+    use std::io::Read;
+    buffer.clear();
+    let Ok(mut file) = std::fs::File::open(format!("/proc/{pid}/environ")) else {
+        return Environ::None;
+    };
+    buffer.resize(ENVIRON_READ_BYTES, 0);
+    let Ok(read) = file.read(buffer) else {
+        buffer.clear();
+        return Environ::None;
+    };
+    buffer.truncate(read);
+    if read == ENVIRON_READ_BYTES && file.read_to_end(buffer).is_err() {
+        return Environ::None;
+    }
+    if !buffer.is_empty() {
+        return Environ::Read;
+    }
+    match stat_state_and_flags(
+        &std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default(),
+    ) {
+        Some((state, flags)) if state != 'Z' && flags & PF_KTHREAD == 0 => Environ::Unread,
+        _ => Environ::None,
+    }
+}
+
+/// The value of the first entry of `environ` that starts with `prefix`
+/// (`NAME=` and maybe the start of the value), after the `=`.
+pub fn environ_entry<'a>(environ: &'a [u8], prefix: &str) -> Option<&'a [u8]> {
+    let name_len = prefix.find('=').map_or(0, |i| i + 1);
+    environ
+        .split(|b| *b == 0)
+        .find(|entry| entry.starts_with(prefix.as_bytes()))
+        .map(|entry| &entry[name_len..])
+}
+
+/// What one pass over /proc found of a run's processes.
+#[derive(Debug, Default)]
+pub struct Carriers {
+    /// The carriers, by the entry's value.
+    pub found: std::collections::HashMap<String, Vec<i32>>,
+    /// The processes whose environment read empty ([`Environ::Unread`]).
+    pub unread: Vec<i32>,
+}
+
 /// Every process whose environment has an entry starting with `prefix`
 /// (`SUPERVISE_RUN=<token>.`), by the entry's value (`<token>.<n>`): the
 /// processes a run started, wherever they went.
-pub fn carriers(prefix: &str) -> std::collections::HashMap<String, Vec<i32>> {
-    let mut found: std::collections::HashMap<String, Vec<i32>> = std::collections::HashMap::new();
+pub fn carriers(prefix: &str) -> Carriers {
+    let mut carriers = Carriers::default();
     let Ok(entries) = std::fs::read_dir("/proc") else {
-        return found;
+        return carriers;
     };
-    let name_len = prefix.find('=').map_or(0, |i| i + 1);
+    let mut buffer = Vec::new();
     for pid in entries
         .flatten()
         .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
     {
-        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
-            continue;
-        };
-        if let Some(entry) = environ
-            .split(|b| *b == 0)
-            .find(|entry| entry.starts_with(prefix.as_bytes()))
-        {
-            let value = String::from_utf8_lossy(&entry[name_len..]).into_owned();
-            found.entry(value).or_default().push(pid);
+        match environ(pid, &mut buffer) {
+            Environ::None => {}
+            Environ::Unread => carriers.unread.push(pid),
+            Environ::Read => {
+                if let Some(value) = environ_entry(&buffer, prefix) {
+                    let value = String::from_utf8_lossy(value).into_owned();
+                    carriers.found.entry(value).or_default().push(pid);
+                }
+            }
         }
     }
-    found
+    carriers
 }
 
 /// The children of `pid` (every thread's), from `/proc/PID/task/*/children`.
@@ -125,6 +191,18 @@ pub fn state(pid: i32) -> Option<char> {
         .next()
 }
 
+/// The kernel's flag of a kernel thread, in `/proc/PID/stat`'s `flags`.
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// The state letter and the `flags` field of a `/proc/PID/stat` line.
+fn stat_state_and_flags(stat: &str) -> Option<(char, u64)> {
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    // After the state: ppid, pgrp, session, tty_nr, tpgid, flags.
+    let flags = fields.nth(5)?.parse().ok()?;
+    Some((state, flags))
+}
+
 /// The process group of `pid`, if it still exists (zombies included).
 pub fn pgrp(pid: i32) -> Option<i32> {
     stat_pgrp(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
@@ -147,6 +225,23 @@ mod tests {
         assert_eq!(stat_pgrp("123 (sleep) S 1 456 456 0 -1"), Some(456));
         assert_eq!(stat_pgrp("123 (a) b) (c) S 1 789 789 0"), Some(789));
         assert_eq!(stat_pgrp("garbage"), None);
+    }
+
+    #[test]
+    fn parses_state_and_flags() {
+        let stat = "123 (a) b) S 1 2 3 4 5 4194560 0 0";
+        assert_eq!(stat_state_and_flags(stat), Some(('S', 4_194_560)));
+        assert_eq!(stat_state_and_flags("123 (x) S 1"), None);
+    }
+
+    #[test]
+    fn a_kernel_thread_has_no_environment_and_we_have_ours() {
+        // kthreadd is pid 2 in the initial pid namespace; elsewhere it is
+        // not visible and the read finds nothing either.
+        assert_eq!(environ(2, &mut Vec::new()), Environ::None);
+        let mut ours = Vec::new();
+        assert_eq!(environ(std::process::id() as i32, &mut ours), Environ::Read);
+        assert!(environ_entry(&ours, "PATH=").is_some());
     }
 
     #[test]

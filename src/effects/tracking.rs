@@ -25,17 +25,26 @@
 //!
 //! `status` shows which mode is active, and why not cgroups when it is not.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use super::cgroup;
+use super::procfs;
 use super::undertaker::Orders;
 
 /// The most a token record may hold (a token is 16 hex digits).
 const TOKEN_RECORD_BYTES: usize = 64;
-/// Rounds of killing a previous run's token carriers (those forked while
-/// the last round killed).
-const TAKE_OVER_ROUNDS: usize = 16;
+/// Rounds of killing a run's token carriers, at most: those forked while
+/// the last round killed, and those read within an `execve`, are found at a
+/// later one…
+const CARRIER_ROUNDS: usize = 20;
+/// …this far apart.
+const CARRIER_ROUND_PAUSE: Duration = Duration::from_millis(50);
+/// How many rounds in a row a process whose environment reads empty (see
+/// [`procfs::Environ::Unread`]) is waited for, before it is taken for one
+/// run without an environment.
+const UNREAD_ROUNDS: usize = 4;
 
 /// The run's cgroup tree (see [`super::cgroup`]).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -256,34 +265,50 @@ impl CgroupRun {
 /// `record` (it died with its undertaker: nothing else will), then record
 /// `token`. How many were killed.
 fn take_over(record: &Path, token: &str) -> usize {
-    let mut killed = std::collections::HashSet::new();
     let previous = std::fs::read(record).unwrap_or_default();
     let previous = String::from_utf8_lossy(&previous);
     let previous = previous.trim();
+    let mut killed = 0;
     if !previous.is_empty() && previous.len() <= TOKEN_RECORD_BYTES {
-        let marker = format!("SUPERVISE_RUN={previous}.");
-        for _ in 0..TAKE_OVER_ROUNDS {
-            let carriers: Vec<i32> = super::procfs::carriers(&marker)
-                .into_values()
-                .flatten()
-                .filter(|pid| !killed.contains(pid))
-                .collect();
-            if carriers.is_empty() {
-                break;
-            }
-            for pid in carriers {
-                // SAFETY: a process carrying the token of a previous run of
-                // this very file.
-                unsafe {
-                    libc::kill(pid, libc::SIGKILL);
-                }
-                killed.insert(pid);
-            }
-        }
+        killed = kill_carriers(&format!("SUPERVISE_RUN={previous}."));
     }
     let temporary = record.with_extension("run.new");
     if std::fs::write(&temporary, token).is_ok() {
         let _ = std::fs::rename(&temporary, record);
+    }
+    killed
+}
+
+/// SIGKILL every process whose environment has an entry that starts with
+/// `prefix` (`SUPERVISE_RUN=<token>.`: a run's processes, wherever they
+/// went), in rounds until none is left and no process is still unread
+/// ([`UNREAD_ROUNDS`]). How many were killed.
+pub fn kill_carriers(prefix: &str) -> usize {
+    let mut killed = HashSet::new();
+    // How many looks in a row each process read empty.
+    let mut unread: HashMap<i32, usize> = HashMap::new();
+    for round in 0..CARRIER_ROUNDS {
+        if round > 0 {
+            std::thread::sleep(CARRIER_ROUND_PAUSE);
+        }
+        let look = procfs::carriers(prefix);
+        unread = look
+            .unread
+            .into_iter()
+            .map(|pid| (pid, unread.get(&pid).map_or(1, |looks| looks + 1)))
+            .collect();
+        let waiting = unread.values().any(|looks| *looks < UNREAD_ROUNDS);
+        if look.found.is_empty() && !waiting {
+            break;
+        }
+        for pid in look.found.into_values().flatten() {
+            // SAFETY: a process that carries a run's token (the caller's
+            // own run, or a previous run of the same file).
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+            killed.insert(pid);
+        }
     }
     killed.len()
 }
@@ -325,14 +350,28 @@ pub fn adopted(known: &HashSet<i32>) -> Vec<i32> {
     pids
 }
 
-/// The `SUPERVISE_RUN` a process carries, if any.
-pub fn run_token(pid: i32) -> Option<String> {
-    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-    environ.split(|b| *b == 0).find_map(|entry| {
-        entry
-            .strip_prefix(b"SUPERVISE_RUN=")
-            .map(|value| String::from_utf8_lossy(value).into_owned())
-    })
+/// What a process's environment says of the `SUPERVISE_RUN` it carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Carried {
+    Token(String),
+    /// No token: its environment has none, or it is gone (or a zombie).
+    Nothing,
+    /// Its environment reads empty: run without one, or within an `execve`
+    /// ([`procfs::Environ::Unread`]).
+    Unread,
+}
+
+/// The `SUPERVISE_RUN` process `pid` carries.
+pub fn run_token(pid: i32) -> Carried {
+    let mut environ = Vec::new();
+    match procfs::environ(pid, &mut environ) {
+        procfs::Environ::None => Carried::Nothing,
+        procfs::Environ::Unread => Carried::Unread,
+        procfs::Environ::Read => procfs::environ_entry(&environ, "SUPERVISE_RUN=")
+            .map_or(Carried::Nothing, |value| {
+                Carried::Token(String::from_utf8_lossy(value).into_owned())
+            }),
+    }
 }
 
 #[cfg(test)]
@@ -358,17 +397,66 @@ mod tests {
         assert!(adopted(&HashSet::new()).contains(&pid));
         assert!(!adopted(&HashSet::from([pid])).contains(&pid));
         // `spawn` returns once the new program's memory is in place, which is
-        // before the kernel has written its environment there: until then
-        // /proc/PID/environ reads empty (seen once in CI). Wait for it.
+        // before the kernel has written its environment there.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|e| e.is_empty())
-            && std::time::Instant::now() < deadline
-        {
+        while run_token(pid) == Carried::Unread && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        assert_eq!(run_token(pid).as_deref(), Some("abc.7"));
+        assert_eq!(run_token(pid), Carried::Token("abc.7".into()));
         let mut child = child;
         let _ = child.kill();
         let _ = child.wait();
+    }
+
+    #[test]
+    fn a_program_run_without_an_environment_reads_unread_and_a_gone_one_nothing() {
+        let mut child = std::process::Command::new("env")
+            .args(["-i", "sleep", "5"])
+            .env("SUPERVISE_RUN", "abc.8")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        // `env` carries the token until it runs `sleep` with none.
+        let comm = || std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        while comm() != "sleep\n" && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(run_token(pid), Carried::Unread);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(run_token(pid), Carried::Nothing);
+    }
+
+    /// The race a probe's leftover lost in CI: a look that falls within the
+    /// leftover's `execve` read no environment and took it for a process
+    /// without a token. A process that does nothing but exec again is never
+    /// read so.
+    #[test]
+    fn a_process_within_execve_is_never_taken_for_one_without_a_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let again = dir.path().join("again.sh");
+        std::fs::write(&again, format!("exec /bin/sh {}\n", again.display())).unwrap();
+        let mut child = std::process::Command::new("/bin/sh")
+            .arg(&again)
+            .env("SUPERVISE_RUN", "abc.9")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let (mut token, mut unread) = (0, 0);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        while std::time::Instant::now() < deadline {
+            match run_token(pid) {
+                Carried::Token(t) => {
+                    assert_eq!(t, "abc.9");
+                    token += 1;
+                }
+                Carried::Unread => unread += 1,
+                Carried::Nothing => panic!("read as carrying nothing ({token} reads before)"),
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(token > 0, "never read its token ({unread} reads empty)");
     }
 }

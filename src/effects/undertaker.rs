@@ -50,10 +50,10 @@ const DISMISSED: &str = "!\n";
 const EXPECT_TAKEOVER: &str = "?";
 /// The new image of an upgrade runs the loop.
 const TOOK_OVER: &str = ".\n";
-/// Rounds of killing the processes that carry the run token, at most…
-const TOKEN_ROUNDS: usize = 20;
+/// Rounds of looking for what is left in the run's cgroups, at most…
+const CGROUP_ROUNDS: usize = 20;
 /// …this far apart.
-const TOKEN_ROUND_PAUSE: Duration = Duration::from_millis(50);
+const CGROUP_ROUND_PAUSE: Duration = Duration::from_millis(50);
 
 /// What to clean up besides the recorded process groups.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -125,7 +125,7 @@ impl Undertaker {
             program: b"/proc/self/exe".to_vec(),
             cwd: b"/".to_vec(),
             argv,
-            env: Vec::new(),
+            env: vec![spawn::HELPER_ENV.to_vec()],
             pid_variables: Vec::new(),
             identity: None,
             nofile_soft: libc::RLIM_INFINITY,
@@ -387,7 +387,9 @@ pub fn serve(read: OwnedFd, orders: &Orders) {
     }
     match orders {
         Orders::Cgroups { root, base } => clear_cgroups(root, base),
-        Orders::Token(token) => kill_token(token),
+        Orders::Token(token) => {
+            super::tracking::kill_carriers(&format!("SUPERVISE_RUN={token}."));
+        }
     }
 }
 
@@ -396,44 +398,23 @@ fn clear_cgroups(root: &Path, base: &Path) {
     // A worker the spawner was cloning into its cgroup when the supervisor
     // died lands after the first look: look again until the tree is gone.
     let instances = root.join("instances");
-    for _ in 0..TOKEN_ROUNDS {
+    for _ in 0..CGROUP_ROUNDS {
         cgroup::clear(&instances);
         if !instances.exists() {
             break;
         }
-        std::thread::sleep(TOKEN_ROUND_PAUSE);
+        std::thread::sleep(CGROUP_ROUND_PAUSE);
     }
     // Out of the supervisor's leaf, so that it can go too.
     let _ = cgroup::enter(base, std::process::id());
     let supervisor = root.join("supervisor");
-    for _ in 0..TOKEN_ROUNDS {
+    for _ in 0..CGROUP_ROUNDS {
         if !cgroup::populated(&supervisor) {
             break;
         }
-        std::thread::sleep(TOKEN_ROUND_PAUSE);
+        std::thread::sleep(CGROUP_ROUND_PAUSE);
     }
     cgroup::remove_tree(root);
-}
-
-/// Kill every process that carries the run token, until none is left.
-fn kill_token(token: &str) {
-    let marker = format!("SUPERVISE_RUN={token}.");
-    for _ in 0..TOKEN_ROUNDS {
-        let carriers: Vec<i32> = super::procfs::carriers(&marker)
-            .into_values()
-            .flatten()
-            .collect();
-        if carriers.is_empty() {
-            return;
-        }
-        for pid in carriers {
-            // SAFETY: signalling a process that carries our token.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-            }
-        }
-        std::thread::sleep(TOKEN_ROUND_PAUSE);
-    }
 }
 
 #[cfg(test)]

@@ -35,7 +35,7 @@ use crate::core::worker::{StartError, StartStage};
 use crate::spec::{Identity, ListenAddress, ProcessDefinition, Readiness};
 pub use child::MAX_LISTEN_FDS;
 use child::STATUS_BYTES;
-pub use spawner::{SPAWNER_ARG, Spawner, serve as serve_spawner, start_helper};
+pub use spawner::{HELPER_ENV, SPAWNER_ARG, Spawner, serve as serve_spawner, start_helper};
 
 /// What the worker gets besides its definition.
 #[derive(Debug)]

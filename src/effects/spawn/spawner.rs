@@ -111,7 +111,7 @@ impl Helper {
             program: b"/proc/self/exe".to_vec(),
             cwd: b"/".to_vec(),
             argv: vec![b"supervise".to_vec(), SPAWNER_ARG.as_bytes().to_vec()],
-            env: Vec::new(),
+            env: vec![HELPER_ENV.to_vec()],
             pid_variables: Vec::new(),
             identity: None,
             nofile_soft: libc::RLIM_INFINITY,
@@ -340,6 +340,11 @@ fn from_memfd(memfd: OwnedFd) -> Option<Vec<u8>> {
         .ok()?;
     (request.len() <= wire::MAX_REQUEST_BYTES).then_some(request)
 }
+
+/// The whole environment of our helper processes. Not empty: a child of ours
+/// whose environment reads empty may be within an `execve`, and is waited
+/// for (see [`crate::effects::procfs::Environ::Unread`]).
+pub const HELPER_ENV: &[u8] = b"SUPERVISE_HELPER=1";
 
 /// Start one of our helper processes (the spawner, the undertaker): a fork
 /// and exec of `launch`, with `fd` as its fd 3, stdin and stdout on /dev/null

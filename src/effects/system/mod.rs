@@ -508,6 +508,7 @@ impl Effects for System {
 
     fn settle_groups(&mut self) {
         self.groups.settle();
+        self.groups.recheck();
     }
 
     fn exec_known(&mut self, pid: i32, error: Option<StartError>) -> Option<Reaped> {
