@@ -546,6 +546,18 @@ fn hostile_sources_are_read_as_pm2_reads_them_or_refused_clearly() {
             .is_empty()),
         "the config's child outlived the import"
     );
+    // So is one it detached (a session of its own), by its environment.
+    write(
+        "detaches.config.js",
+        "require('child_process').spawn('sleep', ['7333'], {stdio: 'ignore', detached: true}).unref();\nmodule.exports = {apps: [{name: 'a', script: 'sleep', args: '1'}]};\n",
+    );
+    let (code, _, stderr) = run(&["import", "detaches.config.js"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        eventually(Duration::from_secs(5), || common::with_argument("7333")
+            .is_empty()),
+        "the config's detached child outlived the import"
+    );
 
     // An export that holds no app is an error, not a placeholder app.
     write("empty.config.js", "");

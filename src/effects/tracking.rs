@@ -314,7 +314,7 @@ pub fn kill_carriers(prefix: &str) -> usize {
 }
 
 /// 16 hex digits from the kernel's random source.
-fn random_token() -> String {
+pub fn random_token() -> String {
     let mut bytes = [0u8; 8];
     // SAFETY: getrandom fills the buffer it is given.
     let filled = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };

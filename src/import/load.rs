@@ -2,7 +2,8 @@
 //! JavaScript — and a `.json` one that is not strict JSON, which pm2 also
 //! evaluates as JavaScript — is evaluated by `node` (a pm2 user has it),
 //! bounded in time and output, in a process group of its own that is killed
-//! afterwards; everything else is read as text.
+//! afterwards, with whatever the file started outside that group (found by
+//! [`IMPORT_MARK`] in its environment); everything else is read as text.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -23,6 +24,13 @@ pub const NODE_EVAL_TIMEOUT: Duration = Duration::from_secs(10);
 /// that left the group holds it open (then only this long). Generous, so a
 /// loaded machine's slow reader thread still brings node's error.
 const STDERR_AFTER_EXIT: Duration = Duration::from_secs(2);
+
+/// The variable node runs with (a random value per import), and with it
+/// every process the evaluated file starts: what it left behind outside
+/// node's process group (a `detached` child, a daemon) carries it, and is
+/// found by it and killed once node is done. What clears its environment as
+/// well is out of reach.
+const IMPORT_MARK: &str = "SUPERVISE_IMPORT";
 
 /// The most of node's stderr kept for an error message.
 const MAX_NODE_STDERR: u64 = 64 * 1024;
@@ -249,7 +257,9 @@ fn evaluate_with_node(path: &Path, mode: NodeMode) -> Result<Value, ImportError>
     let absolute = crate::config::absolute_path(path).map_err(|e| failed(e.to_string()))?;
     let out =
         TempFile::create().map_err(|e| failed(format!("cannot make a temporary file: {e}")))?;
+    let mark = crate::effects::tracking::random_token();
     let mut child = Command::new("node")
+        .env(IMPORT_MARK, &mark)
         .arg("-e")
         .arg(NODE_EVAL)
         .arg(&absolute)
@@ -287,10 +297,12 @@ fn evaluate_with_node(path: &Path, mode: NodeMode) -> Result<Value, ImportError>
             _ => break None,
         }
     };
-    // Whatever the config started in node's group goes with it.
+    // Whatever the config started in node's group goes with it, and what it
+    // started outside the group by its mark.
     // SAFETY: kill(2) on the process group of the child we started.
     unsafe { libc::kill(-group, libc::SIGKILL) };
     let _ = child.wait();
+    crate::effects::tracking::kill_carriers(&format!("{IMPORT_MARK}={mark}"));
     let stderr = receiver.recv_timeout(STDERR_AFTER_EXIT).unwrap_or_default();
     let stderr = String::from_utf8_lossy(&stderr).trim().to_string();
     match status {
