@@ -276,6 +276,36 @@ fn a_crash_loop_of_escapers_leaks_at_most_the_current_one() {
     }
 }
 
+/// Without cgroups, a crashed worker's escaped child is found by its token,
+/// which cannot be read while the child is within an `execve`. These
+/// children do nothing but exec for their first seconds, so about one look
+/// in six falls within one: of ten crashed instances, each escaped child
+/// must still be killed with its instance.
+#[test]
+fn without_cgroups_an_escaped_child_caught_within_an_exec_is_killed() {
+    let mark = mark("execing");
+    let yaml = format!(
+        "apps:\n  esc:\n    command: 'setsid sh again.sh 3000 {mark} & sleep 0.1; exit 1'\n    instances: 10\n    ready: none\n    restart: never\n"
+    );
+    let mut s = Supervised::start_with(&yaml, &["--cgroups", "off"], |dir| {
+        std::fs::write(
+            dir.join("again.sh"),
+            "if [ \"$1\" -gt 0 ]; then exec sh again.sh $(($1 - 1)) \"$2\"; fi\nexec perl -e 'sleep 1000' \"$2\"\n",
+        )
+        .expect("again.sh");
+    });
+    assert!(in_mode(&mut s, Mode::Environment));
+    s.wait_count("exited", "esc", 10);
+    assert!(
+        none_left(&mark, Duration::from_secs(10)),
+        "escaped children outlived their instances: {:?}\n{}",
+        marked(&mark),
+        s.dump()
+    );
+    s.signal(libc::SIGTERM);
+    assert!(s.wait_exit(WAIT).success());
+}
+
 /// Start one worker whose escaped child does `what`, stop everything with
 /// SIGTERM: the `stopped` event (its `took_ms` and `killed`), once the
 /// supervisor has exited clean. `None` when the mode is not available.

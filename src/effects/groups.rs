@@ -16,9 +16,9 @@
 //! process tree through `/proc/PID/task/*/children`, never a pass over all
 //! of /proc. The adopted children and their tokens are read once for every
 //! question asked within [`ADOPTED_SCAN_TTL`], and the loop polls. A child
-//! whose environment reads empty may be within an `execve` (see
-//! [`Carried::Unread`]): for [`UNREAD_WAIT`] it is looked at again, and no
-//! instance counts as empty, until it reads.
+//! whose environment cannot be read yet, most likely within an `execve` (see
+//! [`Carried::Changing`]), is looked at again, and holds back the verdict
+//! that an instance is empty, for at most [`CHANGING_WAIT`].
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
@@ -36,7 +36,7 @@ use tracing::{debug, warn};
 
 use super::cgroup;
 use super::procfs;
-use super::tracking::{Carried, Tracking};
+use super::tracking::{CHANGING_WAIT, Carried, Tracking};
 
 /// How long one look at our adopted children and their tokens answers
 /// questions.
@@ -49,16 +49,12 @@ pub const MAX_TREE: usize = 100_000;
 pub const LEFTOVER_ROUNDS: usize = 32;
 /// How many tokens of discarded processes (ended `exec` checks, probes) are
 /// looked for again at each discard: a check's child that escaped the looks
-/// of its own (it read empty for longer than [`UNREAD_WAIT`], on a machine
-/// under load) is found at one of the next, a check period later.
+/// of its own (it could not be read for longer than [`CHANGING_WAIT`], on a
+/// machine under load) is found at one of the next, a check period later.
 pub const DISCARDED_TOKENS: usize = 256;
-/// Without cgroups, how long an adopted child whose environment reads empty
-/// (within an `execve`, or run without one) holds judgement back: a discard
-/// looks for it again, and no instance counts as empty, until it reads or
-/// this has passed since it was first seen so (then it has no token).
-pub const UNREAD_WAIT: Duration = Duration::from_secs(2);
-/// How soon a discard that met such a child looks again.
-pub const UNREAD_RECHECK: Duration = Duration::from_millis(10);
+/// How soon a discard that met an adopted child not read yet looks at it
+/// again (for at most [`CHANGING_WAIT`]).
+pub const CHANGING_RECHECK: Duration = Duration::from_millis(10);
 
 /// Where a process about to be started goes.
 #[derive(Debug)]
@@ -120,10 +116,16 @@ pub struct Groups {
     dying: Vec<(PathBuf, Option<WatchDescriptor>)>,
     /// Token → the children we adopted (did not start) that carry it…
     adopted: HashMap<String, Vec<i32>>,
-    /// …as read at this moment; the children whose environment read empty,
-    /// since when they read so.
+    /// …as read at this moment.
     adopted_read: Option<Instant>,
-    unread: HashMap<i32, Instant>,
+    /// The adopted children that could not be read yet
+    /// ([`Carried::Changing`]), since when.
+    changing: HashMap<i32, Instant>,
+    /// The token groups that looked empty but for such a child, since when:
+    /// past [`CHANGING_WAIT`] they count as empty all the same.
+    held: HashMap<i32, Instant>,
+    /// Scratch space for reading environments.
+    buffer: Vec<u8>,
     /// Adopted processes killed at shutdown, to reap.
     reap_wait: usize,
     /// Instances sent SIGKILL (without cgroups): whatever is found of them
@@ -132,9 +134,10 @@ pub struct Groups {
     /// Tokens of the last processes discarded (without cgroups): what
     /// carries one is killed whenever it is found.
     discarded: VecDeque<String>,
-    /// A look for the discarded tokens is due (a discard met a child whose
-    /// environment read empty); `changed` wakes the loop for it.
+    /// A look at the children not read yet is due, for the discarded
+    /// tokens; `changed` wakes the loop for it.
     recheck: bool,
+    /// What wakes the loop: cgroup events, and [`CHANGING_RECHECK`].
     changed: mpsc::Sender<()>,
 }
 
@@ -160,7 +163,9 @@ impl Groups {
             dying: Vec::new(),
             adopted: HashMap::new(),
             adopted_read: None,
-            unread: HashMap::new(),
+            changing: HashMap::new(),
+            held: HashMap::new(),
+            buffer: Vec::new(),
             reap_wait: 0,
             killed: HashSet::new(),
             discarded: VecDeque::new(),
@@ -304,7 +309,7 @@ impl Groups {
         }
         if let Some(token) = placement.token {
             // The tokens of the last discards are looked for again at each
-            // one after (a child that escaped a look, past [`UNREAD_WAIT`]).
+            // one after (a child that escaped its own looks).
             if self.discarded.len() == DISCARDED_TOKENS {
                 self.discarded.pop_front();
             }
@@ -314,45 +319,59 @@ impl Groups {
     }
 
     /// SIGKILL every adopted child that carries a discarded token, with its
-    /// tree. While a child's environment reads empty (within
-    /// [`UNREAD_WAIT`]), the loop is woken to look again ([`Groups::recheck`]).
+    /// tree. While a child cannot be read yet, the loop is woken to look at
+    /// it again ([`Groups::recheck`]).
     fn kill_discarded(&mut self) {
         self.adopted_read = None;
         let tokens: Vec<String> = self.discarded.iter().cloned().collect();
         for token in tokens {
             let roots = self.adopted_with(&token);
-            for pid in tree(&roots) {
-                // SAFETY: a process of a spawn of ours (our child carrying
-                // its token, or one of its descendants).
-                unsafe {
-                    libc::kill(pid, libc::SIGKILL);
-                }
-            }
+            kill_trees(&roots);
         }
-        if self.unread() && !self.recheck {
+        self.recheck_soon();
+    }
+
+    /// Ask the loop to wake in [`CHANGING_RECHECK`] if a child is not read
+    /// yet (once: the flag stays up until [`Groups::recheck`]).
+    fn recheck_soon(&mut self) {
+        if self.undecided() && !self.recheck {
             self.recheck = true;
             let changed = self.changed.clone();
             tokio::spawn(async move {
-                tokio::time::sleep(UNREAD_RECHECK).await;
+                tokio::time::sleep(CHANGING_RECHECK).await;
                 let _ = changed.try_send(());
             });
         }
     }
 
-    /// The loop was woken: if a discard met a child whose environment read
-    /// empty, the discarded tokens are looked for again.
+    /// The loop was woken: the children not read yet at the last look are
+    /// read again, and those that carry a discarded token killed.
     pub fn recheck(&mut self) {
-        if std::mem::take(&mut self.recheck) {
-            self.kill_discarded();
+        if !std::mem::take(&mut self.recheck) {
+            return;
         }
+        let mut found = Vec::new();
+        let pids: Vec<i32> = self.changing.keys().copied().collect();
+        for pid in pids {
+            match super::tracking::run_token(pid, &mut self.buffer) {
+                Carried::Changing => continue,
+                Carried::Token(token) if self.discarded.contains(&token) => found.push(pid),
+                Carried::Token(_) | Carried::Nothing => {}
+            }
+            self.changing.remove(&pid);
+            // What it carries is known now: the next question reads afresh.
+            self.adopted_read = None;
+        }
+        kill_trees(&found);
+        self.recheck_soon();
     }
 
-    /// Whether an adopted child's environment read empty at the last look,
-    /// for less than [`UNREAD_WAIT`] (what it carries is not known yet).
-    fn unread(&self) -> bool {
-        self.unread
+    /// Whether an adopted child could not be read at the last look, for less
+    /// than [`CHANGING_WAIT`] (what it carries is not known yet).
+    fn undecided(&self) -> bool {
+        self.changing
             .values()
-            .any(|since| since.elapsed() < UNREAD_WAIT)
+            .any(|since| since.elapsed() < CHANGING_WAIT)
     }
 
     /// A process was reaped: what we adopted may have changed.
@@ -369,20 +388,20 @@ impl Groups {
         if !fresh && let Tracking::Environment { .. } = &self.tracking {
             let leaders: HashSet<i32> = self.groups.keys().copied().collect();
             let mut adopted: HashMap<String, Vec<i32>> = HashMap::new();
-            let mut unread = HashMap::new();
+            let mut changing = HashMap::new();
             let now = Instant::now();
             for pid in super::tracking::adopted(&leaders) {
-                match super::tracking::run_token(pid) {
+                match super::tracking::run_token(pid, &mut self.buffer) {
                     Carried::Token(token) => adopted.entry(token).or_default().push(pid),
-                    Carried::Unread => {
-                        let since = self.unread.get(&pid).copied().unwrap_or(now);
-                        unread.insert(pid, since);
+                    Carried::Changing => {
+                        let since = self.changing.get(&pid).copied().unwrap_or(now);
+                        changing.insert(pid, since);
                     }
                     Carried::Nothing => {}
                 }
             }
             self.adopted = adopted;
-            self.unread = unread;
+            self.changing = changing;
             self.adopted_read = Some(now);
         }
         self.adopted.get(token).cloned().unwrap_or_default()
@@ -478,8 +497,7 @@ impl Groups {
                                 }
                             }
                         }
-                        // A child not read yet may be one of its own.
-                        !group_alive && left.is_empty() && !self.unread()
+                        !group_alive && left.is_empty() && !self.held_back(*pgid)
                     }
                     (None, None) => !group_alive,
                 }
@@ -513,15 +531,35 @@ impl Groups {
         killed.len().max(usize::from(in_group))
     }
 
-    /// The instance is gone for good: remove its cgroup (once empty).
+    /// Group `pgid` has nothing left that can be seen: whether a child not
+    /// read yet may still be one of its own (for at most [`CHANGING_WAIT`]
+    /// from the first time it looked empty).
+    fn held_back(&mut self, pgid: i32) -> bool {
+        if !self.undecided() {
+            return false;
+        }
+        let since = *self.held.entry(pgid).or_insert_with(Instant::now);
+        since.elapsed() < CHANGING_WAIT
+    }
+
+    /// The instance is gone for good: remove its cgroup (once empty). Its
+    /// token is discarded: what is found carrying it later (a child that
+    /// could not be read when it was judged empty) is killed.
     pub fn forget(&mut self, pgid: i32) {
         self.killed.remove(&pgid);
+        self.held.remove(&pgid);
         let Some(group) = self.groups.remove(&pgid) else {
             return;
         };
         if let Some(cgroup) = group.cgroup {
             self.dying.push((cgroup, group.watch));
             self.settle();
+        }
+        if let Some(token) = group.token {
+            self.discard(Placement {
+                cgroup: None,
+                token: Some(token),
+            });
         }
     }
 
@@ -602,6 +640,17 @@ fn start_watcher(changed: mpsc::Sender<()>) -> std::io::Result<Watcher> {
         }
     });
     Ok(Watcher { inotify })
+}
+
+/// SIGKILL `roots` and all their descendants.
+fn kill_trees(roots: &[i32]) {
+    for pid in tree(roots) {
+        // SAFETY: a process of a spawn of ours (our child carrying its
+        // token, or one of its descendants).
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+    }
 }
 
 /// `roots` and all their descendants (from `/proc/PID/task/*/children`),

@@ -65,50 +65,76 @@ pub fn rss_bytes(pid: i32) -> Option<u64> {
     Some(pages * page)
 }
 
-/// How much of a process's environment one `read` takes. The kernel serves
-/// one `read` from one program's memory; a second `read` after an `execve`
-/// finds the old memory gone and ends the file there (cut short, an entry
-/// can be missing). An environment this large is read in one.
+/// How much of a process's environment the first `read` takes. The kernel
+/// serves one `read` from one program's memory, pinned when the file was
+/// opened: a second `read` after an `execve` finds that memory gone and ends
+/// the file there (cut short, an entry can be missing). So a larger
+/// environment is read again from a new open, into a buffer twice the size…
 pub const ENVIRON_READ_BYTES: usize = 64 * 1024;
+/// …up to this size (the kernel's own bound on arguments and environment
+/// together is a quarter of the stack limit: 2 MiB by default). Past it,
+/// further reads complete it.
+pub const ENVIRON_MAX_READ_BYTES: usize = 4 * 1024 * 1024;
 
 /// What a look at a process's environment found.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Environ {
-    /// Gone (or a zombie, or a kernel thread: no environment to have).
-    None,
-    /// It reads empty. Either the program runs with none (`env -i`), or it
-    /// is within an `execve`: for a moment the kernel shows the new
-    /// program's memory before the environment is written there, and a read
-    /// begun before the switch ends empty. Only time tells them apart.
-    Unread,
-    /// Read into the buffer.
+    /// Read into the buffer (not empty).
     Read,
+    /// It reads empty while it runs in the kernel (state `R` or `D`): most
+    /// likely within an `execve`, where for a moment the new program's
+    /// memory shows before its environment is written there (and a file
+    /// opened before the switch reads empty). Look again.
+    Changing,
+    /// None to read: gone, a zombie, a kernel thread, not ours to read, or a
+    /// program that runs (asleep: past any `execve`) without one (`env -i`).
+    Absent,
 }
 
 /// Read process `pid`'s environment into `buffer` (replaced).
 pub fn environ(pid: i32, buffer: &mut Vec<u8>) -> Environ {
-    use std::io::Read;
-    buffer.clear();
-    let Ok(mut file) = std::fs::File::open(format!("/proc/{pid}/environ")) else {
-        return Environ::None;
-    };
-    buffer.resize(ENVIRON_READ_BYTES, 0);
-    let Ok(read) = file.read(buffer) else {
+    if read_environ(pid, buffer).is_err() {
         buffer.clear();
-        return Environ::None;
-    };
-    buffer.truncate(read);
-    if read == ENVIRON_READ_BYTES && file.read_to_end(buffer).is_err() {
-        return Environ::None;
+        return Environ::Absent;
     }
     if !buffer.is_empty() {
         return Environ::Read;
     }
-    match stat_state_and_flags(
-        &std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default(),
-    ) {
-        Some((state, flags)) if state != 'Z' && flags & PF_KTHREAD == 0 => Environ::Unread,
-        _ => Environ::None,
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    match stat_state_and_flags(&stat) {
+        Some((_, flags)) if flags & PF_KTHREAD != 0 => Environ::Absent,
+        Some(('R' | 'D', _)) => Environ::Changing,
+        // Asleep: an `execve` that emptied the read may have ended since.
+        Some((state, _)) if state != 'Z' && state != 'X' => {
+            if read_environ(pid, buffer).is_ok() && !buffer.is_empty() {
+                Environ::Read
+            } else {
+                buffer.clear();
+                Environ::Absent
+            }
+        }
+        _ => Environ::Absent,
+    }
+}
+
+/// `/proc/PID/environ` in one `read` (see [`ENVIRON_READ_BYTES`]).
+fn read_environ(pid: i32, buffer: &mut Vec<u8>) -> std::io::Result<()> {
+    use std::io::Read;
+    let path = format!("/proc/{pid}/environ");
+    let mut size = ENVIRON_READ_BYTES;
+    loop {
+        let mut file = std::fs::File::open(&path)?;
+        buffer.resize(size, 0);
+        let read = file.read(buffer)?;
+        buffer.truncate(read);
+        if read < size {
+            return Ok(());
+        }
+        if size >= ENVIRON_MAX_READ_BYTES {
+            file.read_to_end(buffer)?;
+            return Ok(());
+        }
+        size *= 2;
     }
 }
 
@@ -127,26 +153,28 @@ pub fn environ_entry<'a>(environ: &'a [u8], prefix: &str) -> Option<&'a [u8]> {
 pub struct Carriers {
     /// The carriers, by the entry's value.
     pub found: std::collections::HashMap<String, Vec<i32>>,
-    /// The processes whose environment read empty ([`Environ::Unread`]).
-    pub unread: Vec<i32>,
+    /// The processes whose environment read [`Environ::Changing`].
+    pub changing: Vec<i32>,
 }
 
-/// Every process whose environment has an entry starting with `prefix`
-/// (`SUPERVISE_RUN=<token>.`), by the entry's value (`<token>.<n>`): the
-/// processes a run started, wherever they went.
+/// Every process but this one whose environment has an entry starting with
+/// `prefix` (`SUPERVISE_RUN=<token>.`), by the entry's value
+/// (`<token>.<n>`): the processes a run started, wherever they went.
 pub fn carriers(prefix: &str) -> Carriers {
     let mut carriers = Carriers::default();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return carriers;
     };
+    let own = std::process::id() as i32;
     let mut buffer = Vec::new();
     for pid in entries
         .flatten()
         .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+        .filter(|pid| *pid != own)
     {
         match environ(pid, &mut buffer) {
-            Environ::None => {}
-            Environ::Unread => carriers.unread.push(pid),
+            Environ::Absent => {}
+            Environ::Changing => carriers.changing.push(pid),
             Environ::Read => {
                 if let Some(value) = environ_entry(&buffer, prefix) {
                     let value = String::from_utf8_lossy(value).into_owned();
@@ -236,12 +264,51 @@ mod tests {
 
     #[test]
     fn a_kernel_thread_has_no_environment_and_we_have_ours() {
-        // kthreadd is pid 2 in the initial pid namespace; elsewhere it is
-        // not visible and the read finds nothing either.
-        assert_eq!(environ(2, &mut Vec::new()), Environ::None);
+        // Any kernel thread this pid namespace shows (none in some
+        // containers: then only our own read is checked).
+        let kernel_thread = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+            .find(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .ok()
+                    .and_then(|stat| stat_state_and_flags(&stat))
+                    .is_some_and(|(_, flags)| flags & PF_KTHREAD != 0)
+            });
+        if let Some(pid) = kernel_thread {
+            assert_eq!(environ(pid, &mut Vec::new()), Environ::Absent);
+        }
         let mut ours = Vec::new();
         assert_eq!(environ(std::process::id() as i32, &mut ours), Environ::Read);
         assert!(environ_entry(&ours, "PATH=").is_some());
+    }
+
+    #[test]
+    fn an_environment_larger_than_one_read_is_read_whole() {
+        // Three reads' worth, in entries the kernel takes (one may not
+        // exceed 128 KiB).
+        let mut command = std::process::Command::new("sleep");
+        command.arg("5").env("SUPERVISE_RUN", "abc.3");
+        for n in 0..6 {
+            command.env(
+                format!("SUPERVISE_LARGE_{n}"),
+                "x".repeat(ENVIRON_READ_BYTES / 2),
+            );
+        }
+        let mut child = command.spawn().unwrap();
+        let pid = child.id() as i32;
+        let mut buffer = Vec::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while environ(pid, &mut buffer) != Environ::Read && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(
+            environ_entry(&buffer, "SUPERVISE_RUN="),
+            Some(&b"abc.3"[..])
+        );
+        let _ = child.kill();
+        let _ = child.wait();
     }
 
     #[test]

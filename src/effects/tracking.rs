@@ -35,16 +35,16 @@ use super::undertaker::Orders;
 
 /// The most a token record may hold (a token is 16 hex digits).
 const TOKEN_RECORD_BYTES: usize = 64;
-/// Rounds of killing a run's token carriers, at most: those forked while
-/// the last round killed, and those read within an `execve`, are found at a
-/// later one…
-const CARRIER_ROUNDS: usize = 20;
-/// …this far apart.
+/// How long a process whose environment cannot be read yet (see
+/// [`procfs::Environ::Changing`]) is looked at again before it is taken for
+/// one without a token.
+pub const CHANGING_WAIT: Duration = Duration::from_secs(2);
+/// Rounds of killing a run's token carriers: those forked while the last
+/// round killed, and those not read yet, are found at a later one. At most
+/// this many…
+const CARRIER_ROUNDS: u32 = 60;
+/// …this far apart (together longer than [`CHANGING_WAIT`]).
 const CARRIER_ROUND_PAUSE: Duration = Duration::from_millis(50);
-/// How many rounds in a row a process whose environment reads empty (see
-/// [`procfs::Environ::Unread`]) is waited for, before it is taken for one
-/// run without an environment.
-const UNREAD_ROUNDS: usize = 4;
 
 /// The run's cgroup tree (see [`super::cgroup`]).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -281,27 +281,36 @@ fn take_over(record: &Path, token: &str) -> usize {
 
 /// SIGKILL every process whose environment has an entry that starts with
 /// `prefix` (`SUPERVISE_RUN=<token>.`: a run's processes, wherever they
-/// went), in rounds until none is left and no process is still unread
-/// ([`UNREAD_ROUNDS`]). How many were killed.
+/// went), in rounds until a round finds no new one and no process that may
+/// be one is left to read ([`CHANGING_WAIT`]). How many were killed.
 pub fn kill_carriers(prefix: &str) -> usize {
     let mut killed = HashSet::new();
-    // How many looks in a row each process read empty.
-    let mut unread: HashMap<i32, usize> = HashMap::new();
+    // Since when each process not read yet has been so.
+    let mut changing: HashMap<i32, std::time::Instant> = HashMap::new();
     for round in 0..CARRIER_ROUNDS {
         if round > 0 {
             std::thread::sleep(CARRIER_ROUND_PAUSE);
         }
         let look = procfs::carriers(prefix);
-        unread = look
-            .unread
+        let now = std::time::Instant::now();
+        changing = look
+            .changing
             .into_iter()
-            .map(|pid| (pid, unread.get(&pid).map_or(1, |looks| looks + 1)))
+            .map(|pid| (pid, changing.get(&pid).copied().unwrap_or(now)))
             .collect();
-        let waiting = unread.values().any(|looks| *looks < UNREAD_ROUNDS);
-        if look.found.is_empty() && !waiting {
+        let waiting = changing
+            .values()
+            .any(|since| now.duration_since(*since) < CHANGING_WAIT);
+        let new: Vec<i32> = look
+            .found
+            .into_values()
+            .flatten()
+            .filter(|pid| !killed.contains(pid))
+            .collect();
+        if new.is_empty() && !waiting {
             break;
         }
-        for pid in look.found.into_values().flatten() {
+        for pid in new {
             // SAFETY: a process that carries a run's token (the caller's
             // own run, or a previous run of the same file).
             unsafe {
@@ -354,20 +363,20 @@ pub fn adopted(known: &HashSet<i32>) -> Vec<i32> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Carried {
     Token(String),
-    /// No token: its environment has none, or it is gone (or a zombie).
+    /// No token: its environment has none, or it has none to read.
     Nothing,
-    /// Its environment reads empty: run without one, or within an `execve`
-    /// ([`procfs::Environ::Unread`]).
-    Unread,
+    /// Not known yet: it reads empty while it runs, most likely within an
+    /// `execve` ([`procfs::Environ::Changing`]).
+    Changing,
 }
 
-/// The `SUPERVISE_RUN` process `pid` carries.
-pub fn run_token(pid: i32) -> Carried {
-    let mut environ = Vec::new();
-    match procfs::environ(pid, &mut environ) {
-        procfs::Environ::None => Carried::Nothing,
-        procfs::Environ::Unread => Carried::Unread,
-        procfs::Environ::Read => procfs::environ_entry(&environ, "SUPERVISE_RUN=")
+/// The `SUPERVISE_RUN` process `pid` carries (`buffer` is scratch space,
+/// reused across calls).
+pub fn run_token(pid: i32, buffer: &mut Vec<u8>) -> Carried {
+    match procfs::environ(pid, buffer) {
+        procfs::Environ::Absent => Carried::Nothing,
+        procfs::Environ::Changing => Carried::Changing,
+        procfs::Environ::Read => procfs::environ_entry(buffer, "SUPERVISE_RUN=")
             .map_or(Carried::Nothing, |value| {
                 Carried::Token(String::from_utf8_lossy(value).into_owned())
             }),
@@ -399,64 +408,92 @@ mod tests {
         // `spawn` returns once the new program's memory is in place, which is
         // before the kernel has written its environment there.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while run_token(pid) == Carried::Unread && std::time::Instant::now() < deadline {
+        while run_token(pid, &mut Vec::new()) == Carried::Changing
+            && std::time::Instant::now() < deadline
+        {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        assert_eq!(run_token(pid), Carried::Token("abc.7".into()));
+        assert_eq!(
+            run_token(pid, &mut Vec::new()),
+            Carried::Token("abc.7".into())
+        );
         let mut child = child;
         let _ = child.kill();
         let _ = child.wait();
     }
 
+    /// A child of the test, killed and reaped however the test ends.
+    struct Reaped(std::process::Child);
+
+    impl Drop for Reaped {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
     #[test]
-    fn a_program_run_without_an_environment_reads_unread_and_a_gone_one_nothing() {
-        let mut child = std::process::Command::new("env")
-            .args(["-i", "sleep", "5"])
-            .env("SUPERVISE_RUN", "abc.8")
-            .spawn()
-            .unwrap();
-        let pid = child.id() as i32;
+    fn a_program_asleep_without_an_environment_carries_nothing() {
+        let child = Reaped(
+            std::process::Command::new("env")
+                .args(["-i", "sleep", "5"])
+                .env("SUPERVISE_RUN", "abc.8")
+                .spawn()
+                .unwrap(),
+        );
+        let pid = child.0.id() as i32;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         // `env` carries the token until it runs `sleep` with none.
-        let comm = || std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-        while comm() != "sleep\n" && std::time::Instant::now() < deadline {
+        let asleep = || {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default() == "sleep\n"
+                && procfs::state(pid) == Some('S')
+        };
+        while !asleep() && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        assert_eq!(run_token(pid), Carried::Unread);
-        let _ = child.kill();
-        let _ = child.wait();
-        assert_eq!(run_token(pid), Carried::Nothing);
+        assert_eq!(run_token(pid, &mut Vec::new()), Carried::Nothing);
+        drop(child);
+        assert_eq!(run_token(pid, &mut Vec::new()), Carried::Nothing);
     }
 
     /// The race a probe's leftover lost in CI: a look that falls within the
     /// leftover's `execve` read no environment and took it for a process
-    /// without a token. A process that does nothing but exec again is never
-    /// read so.
+    /// without a token. A process that does nothing but exec again (for
+    /// longer than the test looks) is never read so.
     #[test]
     fn a_process_within_execve_is_never_taken_for_one_without_a_token() {
         let dir = tempfile::tempdir().unwrap();
         let again = dir.path().join("again.sh");
-        std::fs::write(&again, format!("exec /bin/sh {}\n", again.display())).unwrap();
-        let mut child = std::process::Command::new("/bin/sh")
-            .arg(&again)
-            .env("SUPERVISE_RUN", "abc.9")
-            .spawn()
-            .unwrap();
-        let pid = child.id() as i32;
-        let (mut token, mut unread) = (0, 0);
+        std::fs::write(
+            &again,
+            format!(
+                "[ \"$1\" -gt 0 ] && exec /bin/sh {} $(($1 - 1))\n",
+                again.display()
+            ),
+        )
+        .unwrap();
+        let child = Reaped(
+            std::process::Command::new("/bin/sh")
+                .arg(&again)
+                .arg("100000")
+                .env("SUPERVISE_RUN", "abc.9")
+                .spawn()
+                .unwrap(),
+        );
+        let pid = child.0.id() as i32;
+        let (mut token, mut changing) = (0, 0);
+        let mut buffer = Vec::new();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
         while std::time::Instant::now() < deadline {
-            match run_token(pid) {
+            match run_token(pid, &mut buffer) {
                 Carried::Token(t) => {
                     assert_eq!(t, "abc.9");
                     token += 1;
                 }
-                Carried::Unread => unread += 1,
+                Carried::Changing => changing += 1,
                 Carried::Nothing => panic!("read as carrying nothing ({token} reads before)"),
             }
         }
-        let _ = child.kill();
-        let _ = child.wait();
-        assert!(token > 0, "never read its token ({unread} reads empty)");
+        assert!(token > 0, "never read its token ({changing} reads empty)");
     }
 }
