@@ -308,26 +308,34 @@ impl Groups {
             self.settle();
         }
         if let Some(token) = placement.token {
-            // The tokens of the last discards are looked for again at each
-            // one after (a child that escaped its own looks).
-            if self.discarded.len() == DISCARDED_TOKENS {
-                self.discarded.pop_front();
-            }
-            self.discarded.push_back(token);
+            self.remember_discarded(token);
             self.kill_discarded();
         }
+    }
+
+    /// The tokens of the last discards are looked for again at each one
+    /// after, and at each [`Groups::recheck`] (a child that escaped its own
+    /// looks).
+    fn remember_discarded(&mut self, token: String) {
+        if self.discarded.len() == DISCARDED_TOKENS {
+            self.discarded.pop_front();
+        }
+        self.discarded.push_back(token);
     }
 
     /// SIGKILL every adopted child that carries a discarded token, with its
     /// tree. While a child cannot be read yet, the loop is woken to look at
     /// it again ([`Groups::recheck`]).
     fn kill_discarded(&mut self) {
-        self.adopted_read = None;
-        let tokens: Vec<String> = self.discarded.iter().cloned().collect();
-        for token in tokens {
-            let roots = self.adopted_with(&token);
-            kill_trees(&roots);
-        }
+        self.read_adopted();
+        let discarded: HashSet<&String> = self.discarded.iter().collect();
+        let roots: Vec<i32> = self
+            .adopted
+            .iter()
+            .filter(|(token, _)| discarded.contains(token))
+            .flat_map(|(_, pids)| pids.iter().copied())
+            .collect();
+        kill_trees(&roots);
         self.recheck_soon();
     }
 
@@ -367,7 +375,8 @@ impl Groups {
     }
 
     /// Whether an adopted child could not be read at the last look, for less
-    /// than [`CHANGING_WAIT`] (what it carries is not known yet).
+    /// than [`CHANGING_WAIT`] (what it carries is not known yet). Not known,
+    /// it may be any instance's: it holds back every token group.
     fn undecided(&self) -> bool {
         self.changing
             .values()
@@ -385,7 +394,17 @@ impl Groups {
         let fresh = self
             .adopted_read
             .is_some_and(|at| at.elapsed() < ADOPTED_SCAN_TTL);
-        if !fresh && let Tracking::Environment { .. } = &self.tracking {
+        if !fresh {
+            self.read_adopted();
+        }
+        self.adopted.get(token).cloned().unwrap_or_default()
+    }
+
+    /// Read the children we adopted and what they carry, now (without
+    /// cgroups). The reading is dated when it ends: a long one still
+    /// answers for [`ADOPTED_SCAN_TTL`].
+    fn read_adopted(&mut self) {
+        if let Tracking::Environment { .. } = &self.tracking {
             let leaders: HashSet<i32> = self.groups.keys().copied().collect();
             let mut adopted: HashMap<String, Vec<i32>> = HashMap::new();
             let mut changing = HashMap::new();
@@ -402,9 +421,8 @@ impl Groups {
             }
             self.adopted = adopted;
             self.changing = changing;
-            self.adopted_read = Some(now);
+            self.adopted_read = Some(Instant::now());
         }
-        self.adopted.get(token).cloned().unwrap_or_default()
     }
 
     /// Every live process of instance `pgid` without cgroups: its leader's
@@ -415,12 +433,12 @@ impl Groups {
             return Vec::new();
         };
         let mut roots = self.adopted_with(&token);
-        if procfs::state(pgid).is_some_and(|s| s != 'Z') {
+        if procfs::alive(pgid) {
             roots.push(pgid);
         }
         tree(&roots)
             .into_iter()
-            .filter(|pid| procfs::state(*pid).is_some_and(|s| s != 'Z'))
+            .filter(|pid| procfs::alive(*pid))
             .collect()
     }
 
@@ -543,8 +561,8 @@ impl Groups {
     }
 
     /// The instance is gone for good: remove its cgroup (once empty). Its
-    /// token is discarded: what is found carrying it later (a child that
-    /// could not be read when it was judged empty) is killed.
+    /// token is discarded: a child that could not be read when the instance
+    /// was judged empty, and carries it, is killed once it reads.
     pub fn forget(&mut self, pgid: i32) {
         self.killed.remove(&pgid);
         self.held.remove(&pgid);
@@ -556,10 +574,11 @@ impl Groups {
             self.settle();
         }
         if let Some(token) = group.token {
-            self.discard(Placement {
-                cgroup: None,
-                token: Some(token),
-            });
+            // The look that judged it empty found no carrier it could read:
+            // only the children it could not are looked at again (cheap,
+            // with thousands of instances forgotten at once).
+            self.remember_discarded(token);
+            self.recheck_soon();
         }
     }
 

@@ -67,63 +67,99 @@ pub fn rss_bytes(pid: i32) -> Option<u64> {
 
 /// How much of a process's environment the first `read` takes. The kernel
 /// serves one `read` from one program's memory, pinned when the file was
-/// opened: a second `read` after an `execve` finds that memory gone and ends
-/// the file there (cut short, an entry can be missing). So a larger
-/// environment is read again from a new open, into a buffer twice the size…
+/// opened: a `read` after an `execve` finds that memory gone and ends the
+/// file there (cut short, an entry can be missing). So a larger environment
+/// is read again from a new open, into a buffer twice the size…
 pub const ENVIRON_READ_BYTES: usize = 64 * 1024;
 /// …up to this size (the kernel's own bound on arguments and environment
-/// together is a quarter of the stack limit: 2 MiB by default). Past it,
-/// further reads complete it.
+/// together is a quarter of the stack limit: 2 MiB by default). A larger one
+/// is completed by further reads of the same open, which an `execve` in
+/// between can cut short: only a process with a larger stack limit has one.
 pub const ENVIRON_MAX_READ_BYTES: usize = 4 * 1024 * 1024;
+/// How many times an empty read is tried again when the process's memory
+/// layout does not settle it (an `execve` ended, or was writing the
+/// environment, between the two looks).
+const ENVIRON_LOOKS: usize = 3;
 
 /// What a look at a process's environment found.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Environ {
     /// Read into the buffer (not empty).
     Read,
-    /// It reads empty while it runs in the kernel (state `R` or `D`): most
-    /// likely within an `execve`, where for a moment the new program's
-    /// memory shows before its environment is written there (and a file
-    /// opened before the switch reads empty). Look again.
+    /// Most likely within an `execve`: the new program's memory is in place
+    /// but its environment is not written there yet (`env_end` is 0, or the
+    /// kernel is writing it while the process runs). Look again later: a
+    /// program that runs without an environment all the time reads so too.
     Changing,
     /// None to read: gone, a zombie, a kernel thread, not ours to read, or a
-    /// program that runs (asleep: past any `execve`) without one (`env -i`).
+    /// program asleep without one (`env -i`: `env_start == env_end`).
     Absent,
 }
 
-/// Read process `pid`'s environment into `buffer` (replaced).
+/// Read process `pid`'s environment into `buffer` (replaced). An empty read
+/// is judged by the process's memory layout in `/proc/PID/stat` (which the
+/// kernel does not show as one snapshot of a running process): `env_end` is
+/// 0 only within an `execve`, whatever the state (it can sleep there: a page
+/// fault on FUSE); `env_start == env_end` is a program without an
+/// environment, or an `execve` writing it, which only a running one can be.
 pub fn environ(pid: i32, buffer: &mut Vec<u8>) -> Environ {
-    if read_environ(pid, buffer).is_err() {
-        buffer.clear();
-        return Environ::Absent;
-    }
-    if !buffer.is_empty() {
-        return Environ::Read;
-    }
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    match stat_state_and_flags(&stat) {
-        Some((_, flags)) if flags & PF_KTHREAD != 0 => Environ::Absent,
-        Some(('R' | 'D', _)) => Environ::Changing,
-        // Asleep: an `execve` that emptied the read may have ended since.
-        Some((state, _)) if state != 'Z' && state != 'X' => {
-            if read_environ(pid, buffer).is_ok() && !buffer.is_empty() {
-                Environ::Read
-            } else {
-                buffer.clear();
-                Environ::Absent
-            }
+    for _ in 0..ENVIRON_LOOKS {
+        let read = read_environ(&format!("/proc/{pid}/environ"), buffer);
+        if read.is_ok() && !buffer.is_empty() {
+            return Environ::Read;
         }
-        _ => Environ::Absent,
+        buffer.clear();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let Some(layout) = stat_layout(&stat) else {
+            return Environ::Absent;
+        };
+        if layout.flags & PF_KTHREAD != 0 {
+            return Environ::Absent;
+        }
+        if layout.state == 'Z' {
+            // A leader that ended while its other threads run on (after
+            // `pthread_exit`, or for a moment when another thread execs):
+            // the process lives, and their memory is its own.
+            return live_thread_environ(pid, buffer);
+        }
+        let running = matches!(layout.state, 'R' | 'D');
+        match (read, layout.env_start, layout.env_end) {
+            // Not ours to read (another user's): the layout reads 0 too.
+            (Err(_), ..) => return Environ::Absent,
+            (Ok(()), _, 0) => return Environ::Changing,
+            (Ok(()), start, end) if start == end && !running => return Environ::Absent,
+            // Being written, or written since the read: read again.
+            _ => {}
+        }
     }
+    Environ::Changing
 }
 
-/// `/proc/PID/environ` in one `read` (see [`ENVIRON_READ_BYTES`]).
-fn read_environ(pid: i32, buffer: &mut Vec<u8>) -> std::io::Result<()> {
+/// The environment of a thread of `pid` other than its (zombie) leader.
+fn live_thread_environ(pid: i32, buffer: &mut Vec<u8>) -> Environ {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Environ::Absent;
+    };
+    for task in tasks.flatten() {
+        if task.file_name().to_str() == Some(&pid.to_string()) {
+            continue;
+        }
+        if read_environ(&format!("{}/environ", task.path().display()), buffer).is_ok()
+            && !buffer.is_empty()
+        {
+            return Environ::Read;
+        }
+    }
+    buffer.clear();
+    Environ::Absent
+}
+
+/// An `environ` file (see [`ENVIRON_READ_BYTES`]) into `buffer`.
+fn read_environ(path: &str, buffer: &mut Vec<u8>) -> std::io::Result<()> {
     use std::io::Read;
-    let path = format!("/proc/{pid}/environ");
     let mut size = ENVIRON_READ_BYTES;
     loop {
-        let mut file = std::fs::File::open(&path)?;
+        let mut file = std::fs::File::open(path)?;
         buffer.resize(size, 0);
         let read = file.read(buffer)?;
         buffer.truncate(read);
@@ -222,13 +258,40 @@ pub fn state(pid: i32) -> Option<char> {
 /// The kernel's flag of a kernel thread, in `/proc/PID/stat`'s `flags`.
 const PF_KTHREAD: u64 = 0x0020_0000;
 
-/// The state letter and the `flags` field of a `/proc/PID/stat` line.
-fn stat_state_and_flags(stat: &str) -> Option<(char, u64)> {
-    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    // After the state: ppid, pgrp, session, tty_nr, tpgid, flags.
-    let flags = fields.nth(5)?.parse().ok()?;
-    Some((state, flags))
+/// What `/proc/PID/stat` says of a process's state and memory layout.
+#[derive(Debug, PartialEq, Eq)]
+struct Layout {
+    state: char,
+    flags: u64,
+    /// Where its environment starts and ends in its memory (fields 50 and
+    /// 51; 0 for a reader without the right to see them).
+    env_start: u64,
+    env_end: u64,
+}
+
+/// The [`Layout`] in a `/proc/PID/stat` line.
+fn stat_layout(stat: &str) -> Option<Layout> {
+    let fields: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+    // After the name, the state is field 3 of the line: field N is at N - 3.
+    let number = |field: usize| fields.get(field - 3)?.parse::<u64>().ok();
+    Some(Layout {
+        state: fields.first()?.chars().next()?,
+        flags: number(9)?,
+        env_start: number(50).unwrap_or(0),
+        env_end: number(51).unwrap_or(0),
+    })
+}
+
+/// A live process (a zombie whose other threads run on counts): our child
+/// not reaped yet, or any process, for the walks of a process tree.
+pub fn alive(pid: i32) -> bool {
+    match state(pid) {
+        None => false,
+        Some('Z') => std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|tasks| tasks.flatten().count() > 1)
+            .unwrap_or(false),
+        Some(_) => true,
+    }
 }
 
 /// The process group of `pid`, if it still exists (zombies included).
@@ -256,10 +319,20 @@ mod tests {
     }
 
     #[test]
-    fn parses_state_and_flags() {
-        let stat = "123 (a) b) S 1 2 3 4 5 4194560 0 0";
-        assert_eq!(stat_state_and_flags(stat), Some(('S', 4_194_560)));
-        assert_eq!(stat_state_and_flags("123 (x) S 1"), None);
+    fn parses_the_layout_even_with_odd_command_names() {
+        let mut fields: Vec<String> = (4..=52).map(|n| n.to_string()).collect();
+        fields[9 - 4] = "4194560".into();
+        let stat = format!("123 (a) b) S {}", fields.join(" "));
+        assert_eq!(
+            stat_layout(&stat),
+            Some(Layout {
+                state: 'S',
+                flags: 4_194_560,
+                env_start: 50,
+                env_end: 51
+            })
+        );
+        assert_eq!(stat_layout("123 (x) S 1"), None);
     }
 
     #[test]
@@ -273,8 +346,8 @@ mod tests {
             .find(|pid| {
                 std::fs::read_to_string(format!("/proc/{pid}/stat"))
                     .ok()
-                    .and_then(|stat| stat_state_and_flags(&stat))
-                    .is_some_and(|(_, flags)| flags & PF_KTHREAD != 0)
+                    .and_then(|stat| stat_layout(&stat))
+                    .is_some_and(|layout| layout.flags & PF_KTHREAD != 0)
             });
         if let Some(pid) = kernel_thread {
             assert_eq!(environ(pid, &mut Vec::new()), Environ::Absent);

@@ -282,7 +282,9 @@ fn take_over(record: &Path, token: &str) -> usize {
 /// SIGKILL every process whose environment has an entry that starts with
 /// `prefix` (`SUPERVISE_RUN=<token>.`: a run's processes, wherever they
 /// went), in rounds until a round finds no new one and no process that may
-/// be one is left to read ([`CHANGING_WAIT`]). How many were killed.
+/// be one is left to read ([`CHANGING_WAIT`]). On a machine where processes
+/// exec all the time, that is all [`CARRIER_ROUNDS`] (3 s). How many were
+/// killed.
 pub fn kill_carriers(prefix: &str) -> usize {
     let mut killed = HashSet::new();
     // Since when each process not read yet has been so.
@@ -365,8 +367,8 @@ pub enum Carried {
     Token(String),
     /// No token: its environment has none, or it has none to read.
     Nothing,
-    /// Not known yet: it reads empty while it runs, most likely within an
-    /// `execve` ([`procfs::Environ::Changing`]).
+    /// Not known yet: it is within an `execve`
+    /// ([`procfs::Environ::Changing`]).
     Changing,
 }
 
@@ -397,12 +399,14 @@ mod tests {
 
     #[test]
     fn a_child_we_did_not_start_is_adopted_and_its_token_is_read() {
-        let child = std::process::Command::new("sleep")
-            .arg("5")
-            .env("SUPERVISE_RUN", "abc.7")
-            .spawn()
-            .unwrap();
-        let pid = child.id() as i32;
+        let child = Reaped(
+            std::process::Command::new("sleep")
+                .arg("5")
+                .env("SUPERVISE_RUN", "abc.7")
+                .spawn()
+                .unwrap(),
+        );
+        let pid = child.0.id() as i32;
         assert!(adopted(&HashSet::new()).contains(&pid));
         assert!(!adopted(&HashSet::from([pid])).contains(&pid));
         // `spawn` returns once the new program's memory is in place, which is
@@ -417,9 +421,6 @@ mod tests {
             run_token(pid, &mut Vec::new()),
             Carried::Token("abc.7".into())
         );
-        let mut child = child;
-        let _ = child.kill();
-        let _ = child.wait();
     }
 
     /// A child of the test, killed and reaped however the test ends.
@@ -433,7 +434,7 @@ mod tests {
     }
 
     #[test]
-    fn a_program_asleep_without_an_environment_carries_nothing() {
+    fn a_program_run_without_an_environment_carries_nothing() {
         let child = Reaped(
             std::process::Command::new("env")
                 .args(["-i", "sleep", "5"])
@@ -443,7 +444,8 @@ mod tests {
         );
         let pid = child.0.id() as i32;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        // `env` carries the token until it runs `sleep` with none.
+        // `env` carries the token until it runs `sleep` with none; until it
+        // sleeps, it may be writing that (empty) environment.
         let asleep = || {
             std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default() == "sleep\n"
                 && procfs::state(pid) == Some('S')
