@@ -25,7 +25,7 @@
 //!
 //! `status` shows which mode is active, and why not cgroups when it is not.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -281,28 +281,24 @@ fn take_over(record: &Path, token: &str) -> usize {
 
 /// SIGKILL every process whose environment has an entry that starts with
 /// `prefix` (`SUPERVISE_RUN=<token>.`: a run's processes, wherever they
-/// went), in rounds until a round finds no new one and no process that may
-/// be one is left to read ([`CHANGING_WAIT`]). On a machine where processes
-/// exec all the time, that is all [`CARRIER_ROUNDS`] (3 s). How many were
+/// went), in rounds until a round finds no new one. The processes that could
+/// not be read at the first round (within an `execve`) are waited for, up to
+/// [`CHANGING_WAIT`]; one that begins an `execve` later was started by a
+/// live process, whose own carriers the rounds go on finding. How many were
 /// killed.
 pub fn kill_carriers(prefix: &str) -> usize {
+    let started = std::time::Instant::now();
     let mut killed = HashSet::new();
-    // Since when each process not read yet has been so.
-    let mut changing: HashMap<i32, std::time::Instant> = HashMap::new();
+    // The processes not read at the first round.
+    let mut first_unread: Option<HashSet<i32>> = None;
     for round in 0..CARRIER_ROUNDS {
         if round > 0 {
             std::thread::sleep(CARRIER_ROUND_PAUSE);
         }
         let look = procfs::carriers(prefix);
-        let now = std::time::Instant::now();
-        changing = look
-            .changing
-            .into_iter()
-            .map(|pid| (pid, changing.get(&pid).copied().unwrap_or(now)))
-            .collect();
-        let waiting = changing
-            .values()
-            .any(|since| now.duration_since(*since) < CHANGING_WAIT);
+        let first = first_unread.get_or_insert_with(|| look.changing.iter().copied().collect());
+        let waiting = started.elapsed() < CHANGING_WAIT
+            && look.changing.iter().any(|pid| first.contains(pid));
         let new: Vec<i32> = look
             .found
             .into_values()
@@ -497,5 +493,44 @@ mod tests {
             }
         }
         assert!(token > 0, "never read its token ({changing} reads empty)");
+    }
+
+    #[test]
+    fn every_carrier_is_killed_even_one_within_an_execve() {
+        let mark = format!("SUPERVISE_TEST_MARK={}", random_token());
+        let (name, value) = mark.split_once('=').unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let again = dir.path().join("again.sh");
+        std::fs::write(
+            &again,
+            format!(
+                "[ \"$1\" -gt 0 ] && exec /bin/sh {} $(($1 - 1))\n",
+                again.display()
+            ),
+        )
+        .unwrap();
+        let mut asleep = Reaped(
+            std::process::Command::new("sleep")
+                .arg("30")
+                .env(name, value)
+                .spawn()
+                .unwrap(),
+        );
+        let mut execing = Reaped(
+            std::process::Command::new("/bin/sh")
+                .arg(&again)
+                .arg("100000")
+                .env(name, value)
+                .spawn()
+                .unwrap(),
+        );
+        assert_eq!(kill_carriers(&mark), 2);
+        for child in [&mut asleep, &mut execing] {
+            let status = child.0.wait().unwrap();
+            assert_eq!(
+                std::os::unix::process::ExitStatusExt::signal(&status),
+                Some(libc::SIGKILL)
+            );
+        }
     }
 }
