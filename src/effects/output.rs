@@ -128,6 +128,10 @@ impl LogSink {
 
 /// How often, at most, the writer reports dropped lines.
 const DROP_REPORT_INTERVAL: Duration = Duration::from_secs(1);
+/// At exit, how long the output still in the stopped workers' pipes is
+/// waited for. Every instance's processes are gone by then, so each pipe
+/// ends at once — unless something outside the instances holds one open.
+pub const OUTPUT_DRAIN_WAIT: Duration = Duration::from_secs(1);
 
 fn write_lines(
     lines: Receiver<Message>,
@@ -364,6 +368,8 @@ struct PumpShared {
 #[derive(Clone, Default)]
 pub struct Pumps {
     running: Arc<std::sync::Mutex<Running>>,
+    /// Told whenever a pump ends.
+    ended: Arc<tokio::sync::Notify>,
 }
 
 /// The pumps that run, by a number given at their start (the last one given first).
@@ -388,6 +394,28 @@ impl Pumps {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         running.1.remove(&id);
+        self.ended.notify_waiters();
+    }
+
+    fn is_empty(&self) -> bool {
+        self.running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .1
+            .is_empty()
+    }
+
+    /// Until every pump has read its pipe to the end (and sent its last
+    /// line on), or `within` has passed.
+    pub async fn finished(&self, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            // Made before the look, so that an end between the two counts.
+            let ended = self.ended.notified();
+            if self.is_empty() || tokio::time::timeout_at(deadline, ended).await.is_err() {
+                return;
+            }
+        }
     }
 
     /// Every running pump's fd and partial line, for an upgrade.

@@ -412,6 +412,9 @@ pub async fn run(launch: Launch) -> std::io::Result<()> {
         }
     }
     let mut system = supervisor.into_effects();
+    // Every instance has stopped: what they printed last is still in their
+    // pipes, and goes out before we do.
+    system.output_finished().await;
     system.kill_adopted();
     info!(event = "exiting", "all processes stopped; exiting");
     let _ = std::fs::remove_file(&control_path);

@@ -241,6 +241,12 @@ impl System {
     /// Everything stopped: dismiss the undertaker and the spawner (each exits
     /// when its socket or pipe closes) and return their pids for a last reap,
     /// with the output queue and the tracking to tear down.
+    /// At exit: until the stopped workers' last output is read (bounded by
+    /// [`output::OUTPUT_DRAIN_WAIT`]).
+    pub async fn output_finished(&self) {
+        self.pumps.finished(output::OUTPUT_DRAIN_WAIT).await;
+    }
+
     pub fn finish(self) -> (Vec<i32>, LogSink, Tracking) {
         let System { setup, .. } = self;
         let mut helpers: Vec<i32> = setup.spawner.pid().into_iter().collect();
