@@ -454,14 +454,11 @@ mod tests {
         assert_eq!(run_token(pid, &mut Vec::new()), Carried::Nothing);
     }
 
-    /// The race a probe's leftover lost in CI: a look that falls within the
-    /// leftover's `execve` read no environment and took it for a process
-    /// without a token. A process that does nothing but exec again (for
-    /// longer than the test looks) is never read so.
-    #[test]
-    fn a_process_within_execve_is_never_taken_for_one_without_a_token() {
-        let dir = tempfile::tempdir().unwrap();
-        let again = dir.path().join("again.sh");
+    /// A shell that does nothing but exec itself again (100,000 times: for
+    /// longer than a test looks), with `variable` in its environment; its
+    /// script is written into `dir`.
+    fn execing(dir: &std::path::Path, variable: (&str, &str)) -> Reaped {
+        let again = dir.join("again.sh");
         std::fs::write(
             &again,
             format!(
@@ -470,14 +467,24 @@ mod tests {
             ),
         )
         .unwrap();
-        let child = Reaped(
+        Reaped(
             std::process::Command::new("/bin/sh")
                 .arg(&again)
                 .arg("100000")
-                .env("SUPERVISE_RUN", "abc.9")
+                .env(variable.0, variable.1)
                 .spawn()
                 .unwrap(),
-        );
+        )
+    }
+
+    /// The race a probe's leftover lost in CI: a look that falls within the
+    /// leftover's `execve` read no environment and took it for a process
+    /// without a token. A process that does nothing but exec again (for
+    /// longer than the test looks) is never read so.
+    #[test]
+    fn a_process_within_execve_is_never_taken_for_one_without_a_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let child = execing(dir.path(), ("SUPERVISE_RUN", "abc.9"));
         let pid = child.0.id() as i32;
         let (mut token, mut changing) = (0, 0);
         let mut buffer = Vec::new();
@@ -500,15 +507,6 @@ mod tests {
         let mark = format!("SUPERVISE_TEST_MARK={}", random_token());
         let (name, value) = mark.split_once('=').unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let again = dir.path().join("again.sh");
-        std::fs::write(
-            &again,
-            format!(
-                "[ \"$1\" -gt 0 ] && exec /bin/sh {} $(($1 - 1))\n",
-                again.display()
-            ),
-        )
-        .unwrap();
         let mut asleep = Reaped(
             std::process::Command::new("sleep")
                 .arg("30")
@@ -516,16 +514,9 @@ mod tests {
                 .spawn()
                 .unwrap(),
         );
-        let mut execing = Reaped(
-            std::process::Command::new("/bin/sh")
-                .arg(&again)
-                .arg("100000")
-                .env(name, value)
-                .spawn()
-                .unwrap(),
-        );
+        let mut exec_loop = execing(dir.path(), (name, value));
         assert_eq!(kill_carriers(&mark), 2);
-        for child in [&mut asleep, &mut execing] {
+        for child in [&mut asleep, &mut exec_loop] {
             let status = child.0.wait().unwrap();
             assert_eq!(
                 std::os::unix::process::ExitStatusExt::signal(&status),
