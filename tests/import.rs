@@ -534,30 +534,30 @@ fn hostile_sources_are_read_as_pm2_reads_them_or_refused_clearly() {
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stdout.contains("  a:\n"), "{stdout}");
 
-    // A child the config leaves behind is killed with node's group.
-    write(
-        "spawns.config.js",
-        "require('child_process').spawn('sleep', ['7332'], {stdio: 'ignore'});\nmodule.exports = {apps: [{name: 'a', script: 'sleep', args: '1'}]};\n",
-    );
-    let (code, _, stderr) = run(&["import", "spawns.config.js"]);
-    assert_eq!(code, Some(0), "{stderr}");
-    assert!(
-        eventually(Duration::from_secs(5), || common::with_argument("7332")
-            .is_empty()),
-        "the config's child outlived the import"
-    );
-    // So is one it detached (a session of its own), by its environment.
-    write(
-        "detaches.config.js",
-        "require('child_process').spawn('sleep', ['7333'], {stdio: 'ignore', detached: true}).unref();\nmodule.exports = {apps: [{name: 'a', script: 'sleep', args: '1'}]};\n",
-    );
-    let (code, _, stderr) = run(&["import", "detaches.config.js"]);
-    assert_eq!(code, Some(0), "{stderr}");
-    assert!(
-        eventually(Duration::from_secs(5), || common::with_argument("7333")
-            .is_empty()),
-        "the config's detached child outlived the import"
-    );
+    // A child the config leaves behind is killed with node's group, and one
+    // it detached (a session of its own) by its environment.
+    for (file, mark, options) in [
+        ("spawns.config.js", "7332", "{stdio: 'ignore'}"),
+        (
+            "detaches.config.js",
+            "7333",
+            "{stdio: 'ignore', detached: true}",
+        ),
+    ] {
+        write(
+            file,
+            &format!(
+                "require('child_process').spawn('sleep', ['{mark}'], {options}).unref();\nmodule.exports = {{apps: [{{name: 'a', script: 'sleep', args: '1'}}]}};\n"
+            ),
+        );
+        let (code, _, stderr) = run(&["import", file]);
+        assert_eq!(code, Some(0), "{stderr}");
+        assert!(
+            eventually(Duration::from_secs(5), || common::with_argument(mark)
+                .is_empty()),
+            "the child {file} started outlived the import"
+        );
+    }
 
     // An export that holds no app is an error, not a placeholder app.
     write("empty.config.js", "");
