@@ -62,22 +62,20 @@
 //! simulated clock, through seeded schedules of faults, commands, edits and
 //! shutdowns, checking invariants after every step (`tests/simulation.rs`).
 
-pub mod backoff;
 pub mod cli;
 pub mod client;
 pub mod config;
-pub mod control;
+
 pub mod core;
 pub mod effects;
 pub mod export;
 pub mod host;
 pub mod import;
 pub mod metrics;
-pub mod monotonic;
-pub mod plan;
+
 pub mod replace;
 pub mod scale;
 pub mod simulation;
-pub mod spec;
+
 pub mod supervisor;
 pub mod upgrade;

@@ -1,9 +1,9 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use model::protocol::Command as Request;
 use supervise::cli::{self, Cli, Command};
 use supervise::client;
-use supervise::control::Command as Request;
 
 /// How many descriptors are standard: stdin, stdout, stderr.
 const STANDARD_FDS: i32 = 3;
@@ -76,6 +76,10 @@ fn main() -> ExitCode {
         .is_some_and(|a| a == supervise::upgrade::probe::PROBE_ARG)
     {
         return supervise::upgrade::probe::answer();
+    }
+    // Instants written into an upgrade's state are CLOCK_MONOTONIC readings.
+    if let Err(error) = supervise::effects::clock::anchor_instants() {
+        eprintln!("supervise: {error}; an upgrade will be refused");
     }
     let args = match Cli::try_parse_from(cli::follow_flag_after_logs(std::env::args_os())) {
         Ok(args) => args,

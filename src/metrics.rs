@@ -44,8 +44,9 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::core::Event;
 use crate::core::event::Instance;
-use crate::core::worker::{Decision, Exit, StopEnd};
+use crate::core::worker::{Decision, StopEnd};
 use crate::effects::GroupUsage;
+use model::process::Exit;
 
 /// Every metric name starts with this.
 const PREFIX: &str = "supervise";

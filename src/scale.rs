@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use crate::config::diagnostic::Location;
 use crate::config::node::{self, Node, NodeKind};
 use crate::effects::runtime::try_lock;
-use crate::spec::defaults::MAX_INSTANCES;
+use model::spec::defaults::MAX_INSTANCES;
 
 /// How long `scale` waits for another `scale` of the same file to finish
 /// its edit. An edit is a read, a check and a write — milliseconds, so ten at

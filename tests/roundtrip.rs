@@ -319,13 +319,13 @@ proptest! {
     /// Any bytes at all: a request or an error message, never a panic.
     #[test]
     fn control_decoding_is_total(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
-        let _ = supervise::control::decode(&bytes);
+        let _ = model::protocol::decode(&bytes);
     }
 
     /// Every request the client can send decodes to itself.
     #[test]
     fn control_requests_round_trip(target in "[a-z][a-z0-9-]{0,8}(\\.[0-9]{1,3})?", lines in 0usize..10_000, follow: bool, since_ms: Option<u64>) {
-        use supervise::control::{Command, Request, decode};
+        use model::protocol::{Command, Request, decode};
         for command in [
             Command::Status,
             Command::Reload { app: target.clone() },

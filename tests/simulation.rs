@@ -32,18 +32,19 @@ use std::time::{Duration, Instant};
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};
 
-use supervise::core::SPAWNS_PER_TURN;
-use supervise::core::reconcile::{Step as Decide, Target, Workers, reconcile};
-use supervise::core::worker::{StartError, StartStage, Worker};
-use supervise::effects::fake::{Behaviour, FakeEffects};
-use supervise::simulation::{
-    CommandKind, Edit, Step, Violation, World, app, ending_on_its_own, probe,
-};
-use supervise::spec::Desired;
-use supervise::spec::{
+use model::process::{StartError, StartStage};
+use model::spec::Desired;
+use model::spec::{
     AppSpec, Condition, Dependency, HealthCheck, HealthSpec, ListenAddress, ListenSpec,
     MaxRestarts, OnDependencyRestart, Overlap, Readiness, ReloadLimits, RestartPolicy,
     ScheduleSpec, When,
+};
+use supervise::core::SPAWNS_PER_TURN;
+use supervise::core::reconcile::{Step as Decide, Target, Workers, reconcile};
+use supervise::core::worker::Worker;
+use supervise::effects::fake::{Behaviour, FakeEffects};
+use supervise::simulation::{
+    CommandKind, Edit, Step, Violation, World, app, ending_on_its_own, probe,
 };
 use supervise::supervisor::{Event, Supervisor};
 
@@ -768,12 +769,12 @@ fn ten_thousand_instances_reconcile_quickly_and_app_by_app() {
     }
     // A crash in app 42 concerns only app 42: reconciling it alone yields the restart.
     let mut crashed = fleet[42].1.clone();
-    let rules = fleet[42].0.restart_rules();
+    let rules = supervise::core::worker::RestartRules::of(&fleet[42].0);
     let id = *crashed.keys().nth(7).unwrap();
     crashed
         .get_mut(&id)
         .unwrap()
-        .exited(supervise::core::worker::Exit::Code(1), None, t0, &rules)
+        .exited(model::process::Exit::Code(1), None, t0, &rules)
         .unwrap();
     let later = t0 + Duration::from_secs(1);
     let plan = reconcile(target(&fleet[42].0), &crashed, later);
@@ -1283,7 +1284,7 @@ fn a_large_start_goes_in_turns_and_a_shutdown_between_them_starts_nothing_more()
     let desired = Desired {
         source: "/sim/ecosystem.yaml".into(),
         apps: vec![app("big", 500, Readiness::Immediate)],
-        memory_check: supervise::spec::defaults::MEMORY_CHECK,
+        memory_check: model::spec::defaults::MEMORY_CHECK,
         metrics: None,
     };
     let fake = FakeEffects::new(Instant::now());
@@ -1327,7 +1328,7 @@ fn an_inject_app_with_a_process_the_library_misses_is_said_once_per_version() {
     assert_eq!(app.inject_warned(), Some(app.generation));
 
     // A reload is a new version, looked at anew.
-    world.command(supervise::control::Command::Reload { app: "web".into() });
+    world.command(model::protocol::Command::Reload { app: "web".into() });
     world.advance(Duration::from_secs(30));
     world.check().expect("the invariants hold");
     let app = world.supervisor.core().app("web").expect("web");

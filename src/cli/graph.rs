@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 use clap::ValueEnum;
 
 use super::when_text;
-use crate::spec::{AppSpec, Desired, RestartPolicy};
+use model::spec::{AppSpec, Desired, RestartPolicy};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum GraphFormat {
@@ -102,7 +102,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::spec::{Condition, Dependency, Overlap, ScheduleSpec, When};
+    use model::spec::{Condition, Dependency, Overlap, ScheduleSpec, When};
 
     fn stack() -> Desired {
         let db = AppSpec::with_defaults("db", &["db"], 1);
@@ -133,7 +133,7 @@ mod tests {
         Desired {
             source: "/srv/ecosystem.yaml".into(),
             apps: vec![db, migrate, web, sweep],
-            memory_check: crate::spec::defaults::MEMORY_CHECK,
+            memory_check: model::spec::defaults::MEMORY_CHECK,
             metrics: None,
         }
     }

@@ -16,7 +16,7 @@ use std::time::Duration;
 use super::{ecosystem_path, err, exit, out, written};
 use crate::config::{self, Host, diagnostic};
 use crate::import::app_name;
-use crate::spec::Desired;
+use model::spec::Desired;
 
 /// Added to the longest `kill_timeout` for `TimeoutStopSec=`: the time
 /// supervise takes to stop beyond its workers' own.
@@ -121,7 +121,7 @@ pub fn longest_stop(desired: &Desired) -> Duration {
         .iter()
         .map(|a| chain(desired, &a.name, 0))
         .max()
-        .unwrap_or(crate::spec::defaults::KILL_TIMEOUT)
+        .unwrap_or(model::spec::defaults::KILL_TIMEOUT)
 }
 
 /// A path as one word of an `Exec…=` line: quoted when it has a space or

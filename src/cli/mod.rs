@@ -23,7 +23,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::config::{self, Host, diagnostic};
-use crate::spec::{Desired, When};
+use model::spec::{Desired, When};
 
 /// Exit codes shared by every command (DESIGN.md §2).
 pub mod exit {
@@ -455,7 +455,7 @@ fn check_diff_written(file: Option<&Path>, against: &Path) -> Result<u8, output:
         }
     }
     let mut plan = format!("plan from {} to {}:\n", against.display(), path.display());
-    for change in crate::plan::diff(&versions[0], &versions[1]) {
+    for change in model::plan::diff(&versions[0], &versions[1]) {
         plan.push_str(&format!("  {change}\n"));
     }
     out(&plan)?;

@@ -190,7 +190,7 @@ struct Start {
 /// Where the state comes from (see [`Origin`], made inside the runtime).
 enum Begin {
     Fresh {
-        desired: crate::spec::Desired,
+        desired: model::spec::Desired,
         initial_hash: [u8; 32],
         identity: runtime::FileIdentity,
     },

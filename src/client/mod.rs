@@ -26,9 +26,9 @@ use serde_json::Value;
 use crate::cli::output::{self, Unwritten};
 use crate::cli::{ecosystem_path, exit};
 use crate::config;
-use crate::control::{Command, Request};
 use crate::effects::control::MAX_CONNECTIONS;
 use crate::effects::runtime;
+use model::protocol::{Command, Request};
 
 mod status;
 mod top;

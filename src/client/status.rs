@@ -5,7 +5,7 @@ use std::path::Path;
 
 use super::{Failure, ask, fail, print};
 use crate::cli::exit;
-use crate::control::{AppStatus, Command, StatusReply};
+use model::protocol::{AppStatus, Command, StatusReply};
 
 pub(super) fn duration(seconds: f64) -> String {
     let s = seconds as u64;
@@ -19,7 +19,7 @@ pub(super) fn duration(seconds: f64) -> String {
 }
 
 /// A worker's health checks, watchdog and replacement, in one column.
-fn health_column(worker: &crate::control::WorkerStatus) -> String {
+fn health_column(worker: &model::protocol::WorkerStatus) -> String {
     let mut parts = Vec::new();
     if let Some(health) = &worker.health {
         parts.push(health.clone());
@@ -38,7 +38,7 @@ fn health_column(worker: &crate::control::WorkerStatus) -> String {
 }
 
 /// A worker's memory, against its limit when it has one: `41.2M/300.0M`.
-fn memory_column(worker: &crate::control::WorkerStatus) -> String {
+fn memory_column(worker: &model::protocol::WorkerStatus) -> String {
     let used = worker.rss_bytes.map_or("-".into(), megabytes);
     match worker.memory_limit_bytes {
         Some(limit) => format!("{used}/{}", megabytes(limit)),

@@ -9,7 +9,7 @@
 //! 3. tree → structural check against the generated JSON Schema ([`structure`]),
 //!    collecting every unknown key and wrong type;
 //! 4. clean tree → [`raw`] types → semantic checks and resolution ([`validate`])
-//!    into the [`crate::spec`] model.
+//!    into the [`model::spec`] model.
 
 pub mod diagnostic;
 pub mod envfile;
@@ -24,7 +24,7 @@ use std::sync::LazyLock;
 pub use crate::host::Host;
 use diagnostic::{Diagnostic, Location, Reporter};
 
-use crate::spec::Desired;
+use model::spec::Desired;
 
 /// The JSON Schema of the ecosystem file, generated from [`raw::EcosystemFile`].
 pub fn json_schema() -> serde_json::Value {

@@ -5,7 +5,7 @@
 //! the structural check in [`super::structure`] walks the parsed YAML against that
 //! schema, and only a tree that passed the walk is deserialized into them. Nothing
 //! here is resolved: durations are still text, `max` is still a word, paths are
-//! still relative. [`super::validate`] turns them into the [`crate::spec`] model.
+//! still relative. [`super::validate`] turns them into the [`model::spec`] model.
 //!
 //! Source positions are not stored in these types: they live in the spanned node
 //! tree ([`super::node`]), and diagnostics find them by path. That keeps the types
@@ -15,6 +15,8 @@
 use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+pub use model::spec::RestartPolicy;
 
 /// The whole ecosystem file.
 ///
@@ -397,18 +399,6 @@ pub struct HttpProbe {
 #[serde(deny_unknown_fields)]
 pub struct DelayProbe {
     pub delay: DurationText,
-}
-
-/// `restart` policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum RestartPolicy {
-    /// Restart after any exit.
-    Always,
-    /// Restart after a non-zero exit or a death by signal.
-    OnFailure,
-    /// Never restart.
-    Never,
 }
 
 /// `backoff` between restarts.

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::spec::{ListenAddress, Readiness, RestartPolicy, defaults};
+use model::spec::{ListenAddress, Readiness, RestartPolicy, defaults};
 
 fn host() -> Host {
     Host::pinned(3, 1000, "/usr/bin:/bin")
@@ -31,7 +31,7 @@ fn defaults_fill_in_what_the_file_leaves_out() {
     assert_eq!(web.backoff.factor, defaults::BACKOFF_FACTOR);
     assert_eq!(web.backoff.reset_after, defaults::BACKOFF_RESET_AFTER);
     assert_eq!(web.max_restarts, None);
-    assert_eq!(web.stop_signal, nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(web.stop_signal, model::Signal::SIGTERM);
     assert_eq!(web.kill_timeout, defaults::KILL_TIMEOUT);
     assert_eq!(web.reload.max_surge, 1);
     assert_eq!(web.reload.max_unavailable, 0);
@@ -187,7 +187,7 @@ fn deploy() -> crate::host::Account {
 }
 
 /// The identity `user:`/`group:` lines resolve to, with [`TableAccounts`].
-fn identity_of(lines: &str, uid: u32) -> Result<crate::spec::Identity, String> {
+fn identity_of(lines: &str, uid: u32) -> Result<model::spec::Identity, String> {
     let dir = tempfile::tempdir().unwrap();
     let host = Host {
         accounts: std::sync::Arc::new(TableAccounts::default()),
@@ -223,7 +223,7 @@ fn a_numeric_user_without_an_entry_runs_as_the_bare_number() {
         let identity = identity_of(&format!("    user: {written}\n"), 0).unwrap();
         assert_eq!(
             identity,
-            crate::spec::Identity {
+            model::spec::Identity {
                 user: "1000".into(),
                 uid: 1000,
                 gid: 1000,
@@ -341,7 +341,7 @@ fn users_and_groups_come_from_the_injected_lookups_and_are_stored() {
 
 #[test]
 fn depends_on_as_a_list_or_a_mapping_keeps_file_order() {
-    use crate::spec::{Condition, Dependency, OnDependencyRestart};
+    use model::spec::{Condition, Dependency, OnDependencyRestart};
     let dir = tempfile::tempdir().unwrap();
     let text = "defaults:\n  on_dependency_restart: restart\n\
                 apps:\n  db:\n    command: sleep 1\n    health: {exec: \"true\"}\n\
@@ -381,7 +381,7 @@ fn depends_on_as_a_list_or_a_mapping_keeps_file_order() {
 
 #[test]
 fn schedules_resolve_with_their_defaults() {
-    use crate::spec::{Overlap, When};
+    use model::spec::{Overlap, When};
     let dir = tempfile::tempdir().unwrap();
     let text = "defaults:\n  overlap: queue\n  timezone: Europe/Paris\n\
                 apps:\n  nightly:\n    command: sleep 1\n    schedule: \"0 3 * * *\"\n\
@@ -423,7 +423,7 @@ fn schedules_resolve_with_their_defaults() {
 
 #[test]
 fn a_cron_schedule_without_timezone_is_read_in_the_machines() {
-    use crate::spec::When;
+    use model::spec::When;
     let dir = tempfile::tempdir().unwrap();
     let host = Host {
         timezone: chrono_tz::Tz::Asia__Tokyo,

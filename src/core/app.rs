@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::reconcile::Workers;
 use super::worker::State;
-use crate::spec::{AppSpec, ProcessDefinition};
+use model::spec::{AppSpec, ProcessDefinition};
 
 /// One app: its desired spec, its workers, and the definitions they run.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -35,7 +35,7 @@ pub struct App {
     /// A scheduled app's runs.
     pub runs: Option<super::schedule::Runs>,
     pub(super) dirty: bool,
-    #[serde(with = "crate::monotonic::option")]
+    #[serde(with = "model::monotonic::option")]
     pub(super) wake_at: Option<Instant>,
     /// The generation whose instance was said to serve without the socket
     /// `inject` hands over (once per generation).

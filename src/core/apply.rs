@@ -1,6 +1,6 @@
 //! A new version of the file: the plan, app by app.
 //!
-//! [`crate::plan::diff`] says what changed; here each change becomes state: an
+//! [`model::plan::diff`] says what changed; here each change becomes state: an
 //! added app gets an entry, a removed one winds down, a changed process
 //! definition is a new generation (which reconcile rolls out), and changed
 //! policy fields simply apply to the running workers. An app whose new sockets
@@ -9,8 +9,8 @@
 
 use super::worker::State;
 use super::{Action, App, Core, Event, Phase};
-use crate::plan::{self, AppChange};
-use crate::spec::{Desired, SocketKey};
+use model::plan::{self, AppChange};
+use model::spec::{Desired, SocketKey};
 
 impl Core {
     /// The sockets applying `new` binds first: those of added apps and of
@@ -148,7 +148,7 @@ impl Core {
 impl Core {
     /// Every socket an app's current definition, or an older one a worker
     /// still runs, needs: what [`Action::SweepSockets`] keeps.
-    pub fn wanted_sockets(&self) -> std::collections::HashSet<crate::spec::SocketKey> {
+    pub fn wanted_sockets(&self) -> std::collections::HashSet<model::spec::SocketKey> {
         let mut wanted = std::collections::HashSet::new();
         for app in self.apps.values() {
             for (generation, definition) in &app.definitions {
@@ -160,12 +160,12 @@ impl Core {
                         // Per slot: wanted slots, and slots with a worker.
                         let slots =
                             (0..app.spec.instances).chain(app.workers.values().map(|w| w.slot));
-                        wanted.extend(slots.map(|slot| crate::spec::SocketKey {
+                        wanted.extend(slots.map(|slot| model::spec::SocketKey {
                             address: listen.address.clone(),
                             slot: Some(slot),
                         }));
                     } else {
-                        wanted.insert(crate::spec::SocketKey {
+                        wanted.insert(model::spec::SocketKey {
                             address: listen.address.clone(),
                             slot: None,
                         });

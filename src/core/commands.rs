@@ -9,8 +9,9 @@
 use std::time::Instant;
 
 use super::reconcile::StopReason;
-use super::worker::{AfterStop, State, WorkerId};
+use super::worker::{AfterStop, State};
 use super::{Core, Event, Phase};
+use model::orders::WorkerId;
 
 /// What a client asks of workers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,7 +93,7 @@ impl Core {
         what: &'static str,
         now: Instant,
     ) -> Result<Reply, String> {
-        let (name, slot) = crate::control::parse_target(target)?;
+        let (name, slot) = model::protocol::parse_target(target)?;
         let app = self
             .apps
             .get_mut(name)

@@ -16,9 +16,10 @@
 use std::collections::BTreeSet;
 use std::time::Instant;
 
-use super::worker::{State, Worker, WorkerId};
+use super::worker::{State, Worker};
 use super::{App, Core, Event, Phase};
-use crate::spec::{Condition, OnDependencyRestart};
+use model::orders::WorkerId;
+use model::spec::{Condition, OnDependencyRestart};
 
 /// Whether an app may start processes, as its dependencies stand.
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]

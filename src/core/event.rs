@@ -6,11 +6,12 @@
 
 use std::time::Duration;
 
-use nix::sys::signal::Signal;
+use model::Signal;
 
 use super::reconcile::StopReason;
-use super::worker::{Decision, Exit, Outcome, Refused, StartError, StopEnd, Worker};
-use crate::plan::AppChange;
+use super::worker::{Decision, Outcome, Refused, StopEnd, Worker};
+use model::plan::AppChange;
+use model::process::{Exit, StartError};
 
 /// Which readiness signal arrived.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,11 +5,12 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use nix::sys::signal::Signal;
+use model::Signal;
 
-use super::worker::Exit;
-use super::{Action, CheckOrder, Core, Event, Input};
-use crate::spec::{AppSpec, Desired};
+use super::{Action, Core, Event, Input};
+use model::orders::CheckOrder;
+use model::process::Exit;
+use model::spec::{AppSpec, Desired};
 
 /// The answer to check `order`: passed, or failed with `HTTP 500`.
 pub fn check_answer(order: &CheckOrder, passed: bool) -> Input {
@@ -51,10 +52,12 @@ pub struct Harness {
 impl Harness {
     pub fn new(apps: Vec<AppSpec>) -> Harness {
         let now = Instant::now();
+        // As the shell sets it: a core serializes its instants through it.
+        model::monotonic::set_anchor(now, 1 << 40);
         let desired = Desired {
             source: "/srv/ecosystem.yaml".into(),
             apps,
-            memory_check: crate::spec::defaults::MEMORY_CHECK,
+            memory_check: model::spec::defaults::MEMORY_CHECK,
             metrics: None,
         };
         let mut harness = Harness {

@@ -24,12 +24,11 @@
 use std::time::{Duration, Instant};
 
 use super::reconcile::StopReason;
-use super::worker::{AfterStop, CheckVerdict, Outcome, Verdict, WorkerId};
-use super::{
-    Action, CheckOrder, CheckTarget, Core, Event, Instance, MEMORY_ANSWER_LOST, StopHow,
-    WatchdogMessage,
-};
-use crate::spec::{HealthCheck, Readiness};
+use super::worker::{AfterStop, CheckVerdict, Outcome, RestartRules, Verdict};
+use super::{Action, Core, Event, Instance, MEMORY_ANSWER_LOST, StopHow};
+use model::orders::WorkerId;
+use model::orders::{CheckOrder, CheckTarget, WatchdogMessage};
+use model::spec::{HealthCheck, Readiness};
 
 impl Core {
     /// Whether any app has a memory limit (the measuring timer runs).
@@ -298,7 +297,7 @@ impl Core {
         let Some(app) = self.apps.get_mut(name) else {
             return;
         };
-        let rules = app.spec.restart_rules();
+        let rules = RestartRules::of(&app.spec);
         let generation = app.generation;
         // During a rollout (or after a halted one) nothing replaces one
         // instance on its own: a broken replacement is a failed one.

@@ -35,20 +35,22 @@ pub use app::App;
 pub use resume::STATE_VERSION;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+
 use std::time::{Duration, Instant};
 /// Rounds of looking at gates and reconciling within one convergence (a bug
 /// guard: a chain of dependencies opens one gate per round).
 pub const MAX_GATE_ROUNDS: usize = 256;
 
 use indexmap::IndexMap;
-use nix::sys::signal::Signal;
+use model::Signal;
 
 pub use event::{Event, Instance, ReadyVia};
+use model::orders::{CheckOrder, SpawnOrder, WatchdogMessage, WorkerId};
+use model::process::{Exit, StartError};
 use reconcile::{Plan, Step, StopReason, Target};
-use worker::{AfterStop, Exit, Refused, StartError, Worker, WorkerId};
+use worker::{AfterStop, Refused, Worker};
 
-use crate::spec::{Desired, ProcessDefinition, Readiness};
+use model::spec::{Desired, Readiness};
 
 /// The guard: every app is reconciled at least this often.
 pub const FULL_PASS_INTERVAL: Duration = Duration::from_secs(10);
@@ -170,42 +172,6 @@ pub enum Action {
     Report(Event),
 }
 
-/// Everything the shell needs to start one worker's process.
-#[derive(Debug, Clone)]
-pub struct SpawnOrder {
-    pub app: String,
-    pub id: WorkerId,
-    pub slot: u32,
-    pub generation: u64,
-    pub definition: Arc<ProcessDefinition>,
-    pub readiness: Readiness,
-}
-
-/// Everything the shell needs to run one liveness check.
-#[derive(Debug, Clone)]
-pub struct CheckOrder {
-    pub app: String,
-    pub slot: u32,
-    /// The leader of the worker checked.
-    pub pid: i32,
-    /// The check's number, for its answer.
-    pub check: u64,
-    pub target: CheckTarget,
-    pub timeout: Duration,
-}
-
-/// What one liveness check does.
-#[derive(Debug, Clone)]
-pub enum CheckTarget {
-    /// A TCP connect or an HTTP GET.
-    Probe(crate::spec::Probe),
-    /// A command run like the worker (its cwd, environment and user).
-    Exec {
-        argv: Vec<crate::spec::Template>,
-        definition: Arc<ProcessDefinition>,
-    },
-}
-
 /// What one notify datagram said (the fields of [`Input::Notified`] the
 /// worker acts on).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -215,15 +181,6 @@ pub struct Notice {
     pub watchdog: Option<WatchdogMessage>,
     pub extend_timeout: Option<Duration>,
     pub injected: bool,
-}
-
-/// What a notify datagram said of the watchdog.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WatchdogMessage {
-    /// `WATCHDOG=1`: alive.
-    Ping,
-    /// `WATCHDOG=trigger`: fail now.
-    Trigger,
 }
 
 /// Where the supervisor is in its life.
@@ -246,7 +203,7 @@ struct StopHow {
 /// The state of every app and worker, and the rules that change it.
 ///
 /// It serializes whole (a re-exec hands it to the new image; instants go
-/// as CLOCK_MONOTONIC nanoseconds, [`crate::monotonic`]); the restored core
+/// as CLOCK_MONOTONIC nanoseconds, [`model::monotonic`]); the restored core
 /// is [`Core::resumed`] before use.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct Core {
@@ -270,7 +227,7 @@ pub struct Core {
     started_reported: bool,
     /// The supervisor's effective uid (a notify sender must be the worker's or root).
     own_uid: u32,
-    #[serde(with = "crate::monotonic::instant")]
+    #[serde(with = "model::monotonic::instant")]
     last_full_pass: Instant,
     /// Decisions of the core that a worker refused: bugs, counted for tests.
     anomalies: u64,
@@ -286,16 +243,16 @@ pub struct Core {
     #[serde(skip, default = "spawns_per_turn")]
     spawn_budget: usize,
     /// When the memory of instances with `max_memory` is measured next.
-    #[serde(with = "crate::monotonic::instant")]
+    #[serde(with = "model::monotonic::instant")]
     memory_due: Instant,
     /// The measurement out, not answered yet (its round, since when): never
     /// two at once, and the answer of one given up as lost is not taken.
-    #[serde(with = "crate::monotonic::option_pair")]
+    #[serde(with = "model::monotonic::option_pair")]
     measuring: Option<(u64, Instant)>,
     /// Counts the memory measurements ordered.
     memory_rounds: u64,
     /// The wall clock and the instant it was read at (cron schedules).
-    #[serde(with = "crate::monotonic::wall_pair")]
+    #[serde(with = "model::monotonic::wall_pair")]
     wall_clock: (std::time::SystemTime, Instant),
 }
 

@@ -8,11 +8,13 @@
 
 use std::time::Instant;
 
-use nix::sys::signal::Signal;
+use model::Signal;
 
-use super::worker::{Exit, StartError, StopEnd, WorkerId};
+use super::worker::{RestartRules, StopEnd};
 use super::{Action, App, Core, Event, INJECT_GRACE, Instance, Notice, ReadyVia};
-use crate::spec::Readiness;
+use model::orders::WorkerId;
+use model::process::{Exit, StartError};
+use model::spec::Readiness;
 
 impl Core {
     /// The worker of leader `pid`, with its app, mutably.
@@ -62,7 +64,7 @@ impl Core {
         let Some(app) = self.apps.get_mut(name) else {
             return;
         };
-        let rules = app.spec.restart_rules();
+        let rules = RestartRules::of(&app.spec);
         let Some(worker) = app.workers.get_mut(&id) else {
             return;
         };
@@ -107,7 +109,7 @@ impl Core {
             // process whose worker is already gone: reaped, nothing else.
             return;
         };
-        let rules = app.spec.restart_rules();
+        let rules = RestartRules::of(&app.spec);
         let Some(worker) = app.workers.get_mut(&id) else {
             return;
         };
@@ -182,7 +184,7 @@ impl Core {
             self.draining.remove(&pgid);
             return;
         };
-        let rules = app.spec.restart_rules();
+        let rules = RestartRules::of(&app.spec);
         let Some(worker) = app.workers.get_mut(&id) else {
             return;
         };

@@ -49,8 +49,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use super::worker::{AfterStop, Outcome, State, Worker, WorkerId};
-use crate::spec::{AppSpec, Readiness};
+use super::worker::{AfterStop, Outcome, State, Worker};
+use model::orders::WorkerId;
+use model::spec::{AppSpec, Readiness};
 
 /// An app's workers, by id (ids grow: oldest first).
 pub type Workers = BTreeMap<WorkerId, Worker>;

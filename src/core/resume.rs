@@ -1,6 +1,6 @@
 //! Carrying the core across a re-exec of the supervisor (`supervise
 //! upgrade`): the old image serializes the whole [`Core`] (serde; instants
-//! as CLOCK_MONOTONIC nanoseconds, [`crate::monotonic`]), the new one
+//! as CLOCK_MONOTONIC nanoseconds, [`model::monotonic`]), the new one
 //! deserializes it and calls [`Core::resumed`] before its first input.
 //!
 //! Everything the core decides from is in its state, so a restored core

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant, SystemTime};
 use super::reconcile::{StopReason, Workers};
 use super::worker::{AfterStop, State};
 use super::{Core, Event, StopHow};
-use crate::spec::{Overlap, When};
+use model::spec::{Overlap, When};
 
 /// Runs waiting for the current one to end (`overlap: queue`): more ticks
 /// meanwhile are skipped, so a job slower than its schedule cannot pile up
@@ -28,7 +28,7 @@ pub const MAX_QUEUED_RUNS: u32 = 1;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 enum Due {
     /// `every`: on the monotonic clock.
-    At(#[serde(with = "crate::monotonic::instant")] Instant),
+    At(#[serde(with = "model::monotonic::instant")] Instant),
     /// A cron time: on the wall clock.
     Wall(SystemTime),
 }
@@ -40,7 +40,7 @@ pub struct LastRun {
     pub result: String,
     pub ok: bool,
     pub took: Duration,
-    #[serde(with = "crate::monotonic::instant")]
+    #[serde(with = "model::monotonic::instant")]
     pub ended: Instant,
 }
 
@@ -57,14 +57,14 @@ pub struct Runs {
     /// A run may start, or goes on.
     pub armed: bool,
     /// When the armed run's process was started.
-    #[serde(with = "crate::monotonic::option")]
+    #[serde(with = "model::monotonic::option")]
     began: Option<Instant>,
     /// Runs waiting for the current one (at most [`MAX_QUEUED_RUNS`]).
     pub queued: u32,
     pub last: Option<LastRun>,
     /// When the next tick is due, on the monotonic clock (for a cron time,
     /// as the wall clock stood at the last look).
-    #[serde(with = "crate::monotonic::option")]
+    #[serde(with = "model::monotonic::option")]
     pub next_at: Option<Instant>,
     /// The next cron time, for `status`.
     pub next_wall: Option<SystemTime>,

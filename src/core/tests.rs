@@ -4,14 +4,15 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::core::commands::Order;
-use crate::core::worker::StartStage;
-use crate::spec::AppSpec;
+use model::orders::WatchdogMessage;
+use model::process::StartStage;
+use model::spec::AppSpec;
 
 fn core_with(apps: Vec<AppSpec>, now: Instant) -> Core {
     let desired = Desired {
         source: "/srv/ecosystem.yaml".into(),
         apps,
-        memory_check: crate::spec::defaults::MEMORY_CHECK,
+        memory_check: model::spec::defaults::MEMORY_CHECK,
         metrics: None,
     };
     Core::new(&desired, 1000, now)
@@ -188,7 +189,7 @@ fn start_while_a_held_stop_is_in_flight_starts_it_again_once_stopped() {
     core.take_actions();
     let exited = Input::Exited {
         pid: 300,
-        exit: crate::core::worker::Exit::Code(0),
+        exit: model::process::Exit::Code(0),
         start_error: None,
     };
     core.input(exited, t0);
@@ -228,7 +229,7 @@ fn stop_start_stop_while_the_stop_is_in_flight_ends_held() {
     core.take_actions();
     let exited = Input::Exited {
         pid: 300,
-        exit: crate::core::worker::Exit::Code(0),
+        exit: model::process::Exit::Code(0),
         start_error: None,
     };
     core.input(exited, t0);
@@ -245,13 +246,13 @@ fn stop_start_stop_while_the_stop_is_in_flight_ends_held() {
 /// An app of `instances` whose one socket has `inject`, ready at once.
 fn injecting(instances: u32) -> AppSpec {
     let mut spec = AppSpec::with_defaults("web", &["server"], instances);
-    spec.process.listen = vec![crate::spec::ListenSpec {
+    spec.process.listen = vec![model::spec::ListenSpec {
         name: "web".into(),
-        address: crate::spec::ListenAddress::Tcp("127.0.0.1:8080".parse().expect("an address")),
+        address: model::spec::ListenAddress::Tcp("127.0.0.1:8080".parse().expect("an address")),
         reuseport: false,
         inject: true,
     }];
-    spec.ready = crate::spec::Readiness::Immediate;
+    spec.ready = model::spec::Readiness::Immediate;
     spec
 }
 
@@ -376,7 +377,7 @@ fn an_instance_handed_its_socket_is_not_said() {
     assert!(not_injected(&core.take_actions()).is_empty());
 
     let mut plain = AppSpec::with_defaults("web", &["server"], 1);
-    plain.ready = crate::spec::Readiness::Immediate;
+    plain.ready = model::spec::Readiness::Immediate;
     let mut core = core_with(vec![plain], t0);
     core.converge(t0);
     run_spawns(&mut core, 300, t0);
@@ -392,7 +393,7 @@ fn an_instance_handed_its_socket_is_not_said() {
 fn an_instance_that_fails_at_start_unreached_is_said_once_before_it_is_ready() {
     let t0 = Instant::now();
     let mut spec = injecting(2);
-    spec.ready = crate::spec::Readiness::Delay(Duration::from_secs(1));
+    spec.ready = model::spec::Readiness::Delay(Duration::from_secs(1));
     let mut core = core_with(vec![spec], t0);
     core.converge(t0);
     let pids = run_spawns(&mut core, 300, t0);

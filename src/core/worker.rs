@@ -30,14 +30,13 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 pub use liveness::{CheckVerdict, Health, Recycle, Verdict, Watchdog};
-pub use outcome::{Exit, Outcome, StartError, StartStage};
+pub use outcome::Outcome;
 pub use state::{ALLOWED, Kind, State, allowed};
 
-use crate::backoff;
-use crate::spec::{BackoffPolicy, MaxRestarts, RestartPolicy};
-
-/// Identifies a worker for the supervisor's whole life (never reused).
-pub type WorkerId = u64;
+use model::backoff;
+use model::orders::WorkerId;
+use model::process::{Exit, StartError};
+use model::spec::{AppSpec, BackoffPolicy, MaxRestarts, RestartPolicy};
 
 /// What happens once a stopping worker's process group is empty.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -71,6 +70,17 @@ pub struct RestartRules {
     pub restart: RestartPolicy,
     pub backoff: BackoffPolicy,
     pub max_restarts: Option<MaxRestarts>,
+}
+
+impl RestartRules {
+    /// The restart settings of an app, as a worker's decisions need them.
+    pub fn of(spec: &AppSpec) -> RestartRules {
+        RestartRules {
+            restart: spec.restart,
+            backoff: spec.backoff,
+            max_restarts: spec.max_restarts,
+        }
+    }
 }
 
 /// What the restart policy decided when a run ended.
@@ -109,7 +119,7 @@ pub struct Worker {
     /// run; a restart is a new one).
     pub runs: u32,
     /// When the restarts inside the `max_restarts` window happened (at most `count`).
-    #[serde(with = "crate::monotonic::deque")]
+    #[serde(with = "model::monotonic::deque")]
     recent_restarts: VecDeque<Instant>,
     pub last_outcome: Option<Outcome>,
     /// The last `STATUS=` the current process sent over the notify socket.
@@ -119,14 +129,14 @@ pub struct Worker {
     pub injected: bool,
     /// When to say the current process was not handed its socket, unless
     /// the library says it was before (set once it is ready).
-    #[serde(with = "crate::monotonic::option")]
+    #[serde(with = "model::monotonic::option")]
     pub inject_check_at: Option<Instant>,
     /// The liveness checks of the current process.
     pub health: Health,
     /// The watchdog of the current process, once it is ready.
     pub watchdog: Option<Watchdog>,
     /// `EXTEND_TIMEOUT_USEC=`: not ready in time only after this.
-    #[serde(with = "crate::monotonic::option")]
+    #[serde(with = "model::monotonic::option")]
     pub ready_extended_to: Option<Instant>,
     /// Being replaced while it serves (unhealthy, over its memory limit).
     pub recycle: Option<Recycle>,

@@ -22,9 +22,9 @@ use super::probe;
 use super::spawn::{self, ExecStatus, SpawnRequest, Spawner};
 use super::transient::Transient;
 use super::undertaker::Undertaker;
-use crate::core::worker::Exit;
-use crate::core::{CheckOrder, CheckTarget};
-use crate::spec::{ProcessDefinition, Readiness, Template};
+use model::orders::{CheckOrder, CheckTarget};
+use model::process::Exit;
+use model::spec::{ProcessDefinition, Readiness, Template};
 
 /// A liveness check that runs.
 enum Running {

@@ -29,7 +29,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{broadcast, mpsc};
 use tracing::{debug, warn};
 
-use crate::control::{self, Command, MAX_REQUEST_BYTES, Request};
+use model::protocol::{self, Command, MAX_REQUEST_BYTES, Request};
 
 /// How long a client may take to send its request.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -357,7 +357,7 @@ async fn connection(
         );
         return send(
             &mut write,
-            &control::error_reply("permission denied: not the supervisor's user"),
+            &protocol::error_reply("permission denied: not the supervisor's user"),
         )
         .await;
     }
@@ -366,7 +366,7 @@ async fn connection(
     let mut line = Vec::new();
     let read = tokio::time::timeout(REQUEST_TIMEOUT, reader.read_until(b'\n', &mut line)).await;
     let request = match read {
-        Err(_) => return send(&mut write, &control::error_reply("no request within 5s")).await,
+        Err(_) => return send(&mut write, &protocol::error_reply("no request within 5s")).await,
         Ok(Err(error)) => return Err(error),
         Ok(Ok(_)) if line.len() > MAX_REQUEST_BYTES => {
             Err(format!("request longer than {MAX_REQUEST_BYTES} bytes"))
@@ -375,12 +375,12 @@ async fn connection(
             while line.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
                 line.pop();
             }
-            control::decode(&line)
+            protocol::decode(&line)
         }
     };
     let request: Request = match request {
         Ok(request) => request,
-        Err(message) => return send(&mut write, &control::error_reply(&message)).await,
+        Err(message) => return send(&mut write, &protocol::error_reply(&message)).await,
     };
     if let Command::Logs {
         target,
@@ -410,7 +410,7 @@ async fn connection(
     if queued.is_err() {
         return send(
             &mut write,
-            &control::error_reply("the supervisor is busy; try again"),
+            &protocol::error_reply("the supervisor is busy; try again"),
         )
         .await;
     }
@@ -442,9 +442,9 @@ async fn serve_logs(
         since,
         follow,
     } = tail;
-    let (app, slot) = match target.as_deref().map(control::parse_target) {
+    let (app, slot) = match target.as_deref().map(protocol::parse_target) {
         Some(Ok((app, slot))) => (Some(app.to_string()), slot),
-        Some(Err(message)) => return send(write, &control::error_reply(&message)).await,
+        Some(Err(message)) => return send(write, &protocol::error_reply(&message)).await,
         None => (None, None),
     };
     // Subscribe first, so no line falls between the tail and the follow.

@@ -32,13 +32,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::Signal;
+use model::Signal;
 
 use super::spawn::ExecStatus;
 use super::{BindError, CheckAnswer, Effects, Reaped, SpawnFailure};
-use crate::core::worker::{Exit, StartError};
-use crate::core::{CheckOrder, SpawnOrder};
-use crate::spec::{ListenAddress, Readiness, SocketKey};
+use model::orders::{CheckOrder, SpawnOrder};
+use model::process::{Exit, StartError};
+use model::spec::{ListenAddress, Readiness, SocketKey};
 
 /// How a fake process behaves.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -494,7 +494,7 @@ impl Effects for FakeEffects {
             process.leftovers = 0;
             process.exit(
                 Exit::Signal {
-                    signal: Signal::SIGKILL as i32,
+                    signal: Signal::SIGKILL.number(),
                     core: false,
                 },
                 now,
@@ -502,7 +502,7 @@ impl Effects for FakeEffects {
             return;
         }
         let killed_by = Exit::Signal {
-            signal: signal as i32,
+            signal: signal.number(),
             core: false,
         };
         match process.life {
@@ -636,7 +636,7 @@ impl Effects for FakeEffects {
         self.systemd.push(state.to_string());
     }
 
-    fn route_output(&mut self, desired: &crate::spec::Desired) {
+    fn route_output(&mut self, desired: &model::spec::Desired) {
         let logged: Vec<&str> = desired
             .apps
             .iter()

@@ -23,9 +23,6 @@ pub const LIBRARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libsupervis
 /// The file's mode: read and map for its owner, nothing for others.
 const LIBRARY_MODE: u32 = 0o500;
 
-/// The most sockets of one app with `inject` (MAX_INJECTED in the library).
-pub const MAX_INJECTED_SOCKETS: usize = 16;
-
 fn hash_of(bytes: &[u8]) -> String {
     Sha256::digest(bytes)
         .iter()

@@ -10,6 +10,7 @@
 
 pub mod cgroup;
 pub mod checks;
+pub mod clock;
 pub mod control;
 pub mod fake;
 pub mod groups;
@@ -37,12 +38,12 @@ use std::collections::HashSet;
 use std::os::fd::RawFd;
 use std::time::Instant;
 
-use nix::sys::signal::Signal;
+use model::Signal;
 
-use crate::core::worker::{Exit, StartError};
-use crate::core::{CheckOrder, SpawnOrder};
-use crate::spec::{Desired, ListenAddress, SocketKey};
-pub use procfs::GroupUsage;
+use model::orders::{CheckOrder, SpawnOrder};
+use model::process::{Exit, StartError};
+use model::spec::{Desired, ListenAddress, SocketKey};
+pub use model::usage::GroupUsage;
 pub use sockets::BindError;
 
 /// A reaped child.

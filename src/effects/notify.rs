@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 use tracing::debug;
 
 use super::procfs;
-use crate::core::WatchdogMessage;
+use model::orders::WatchdogMessage;
 
 /// The largest datagram accepted; a longer one is dropped (systemd uses the same bound).
 pub const MAX_DATAGRAM: usize = 4096;

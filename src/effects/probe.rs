@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-pub use crate::spec::Probe;
+pub use model::spec::Probe;
 
 /// How often a probe tries.
 pub const PROBE_INTERVAL: Duration = Duration::from_millis(100);

@@ -1,12 +1,6 @@
 //! Small reads of /proc.
 
-/// What the processes of one group use together.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct GroupUsage {
-    pub rss_bytes: u64,
-    /// utime + stime of the live members, in clock ticks.
-    pub cpu_ticks: u64,
-}
+use model::usage::GroupUsage;
 
 /// Memory and CPU time per process group, from one pass over /proc (one
 /// read per process into one reused buffer).

@@ -21,8 +21,8 @@ use std::path::Path;
 
 use socket2::{Domain, SockAddr, Socket, Type};
 
-use crate::spec::ListenAddress;
-pub use crate::spec::SocketKey;
+use model::spec::ListenAddress;
+pub use model::spec::SocketKey;
 
 /// The listen backlog. The kernel caps it at `net.core.somaxconn`.
 pub const LISTEN_BACKLOG: i32 = 1024;

@@ -13,7 +13,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use super::cgroup;
-use super::procfs::{self, GroupUsage};
+use super::procfs;
+use model::usage::GroupUsage;
 
 /// Whether the memory controller is on for the instance cgroups (they all
 /// share one parent).

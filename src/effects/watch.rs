@@ -34,7 +34,7 @@ use tracing::{debug, warn};
 use super::runtime::{self, FileIdentity};
 use crate::config::{self, diagnostic};
 use crate::host::Host;
-use crate::spec::Desired;
+use model::spec::Desired;
 
 /// Quiet time that ends a burst of events.
 pub const DEBOUNCE_QUIET: Duration = Duration::from_millis(30);

@@ -41,7 +41,7 @@ mod workloads;
 pub(crate) use names::is_dns1123_label;
 
 use super::{Exported, Notes, Source};
-use crate::spec::AppSpec;
+use model::spec::AppSpec;
 
 /// The command line's choices.
 #[derive(Debug, Clone, Default)]

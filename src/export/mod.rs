@@ -38,7 +38,7 @@ use crate::config::diagnostic::{self, Diagnostic, PathSeg, Reporter, Severity};
 use crate::config::node::{self, Node};
 use crate::config::raw::AccountId;
 use crate::config::{self, Host};
-use crate::spec::{AppSpec, Condition, Desired};
+use model::spec::{AppSpec, Condition, Desired};
 
 /// A valid ecosystem file, ready to be translated.
 #[derive(Debug, Clone)]

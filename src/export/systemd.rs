@@ -65,7 +65,7 @@ use syntax::{continues_a_line, escape_line};
 
 use super::{Exported, Notes, Source};
 use crate::config::diagnostic::PathSeg;
-use crate::spec::AppSpec;
+use model::spec::AppSpec;
 
 /// The command line's choices.
 #[derive(Debug, Clone)]

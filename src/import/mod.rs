@@ -209,7 +209,7 @@ pub fn checked_env(app: &mut DraftApp, vars: Vec<EnvVar>, has_user: bool) -> Map
         } else if reserved_env_name(name, false, has_user, false) {
             Some("supervise sets it for each instance itself".to_string())
         } else {
-            crate::spec::Template::parse(&var.value).err().map(|error| {
+            model::spec::Template::parse(&var.value).err().map(|error| {
                 format!(
                     "its value {:?} holds a placeholder supervise cannot read ({}), and supervise has no escape for `{{instance`",
                     var.value, error.0

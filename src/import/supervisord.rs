@@ -18,7 +18,7 @@ use serde_json::{Map, Value, json};
 
 use super::{Draft, DraftApp, EnvVar, Format, Note, Places, app_name, checked_env};
 use crate::config::validate::{parse_signal, size_in_bytes};
-use crate::spec::defaults::{MAX_INSTANCES, MAX_LOG_KEEP, READY_TIMEOUT};
+use model::spec::defaults::{MAX_INSTANCES, MAX_LOG_KEEP, READY_TIMEOUT};
 
 /// One `key = value` of a section.
 #[derive(Debug, Clone, PartialEq, Eq)]

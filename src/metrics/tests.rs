@@ -2,7 +2,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::*;
-use crate::core::worker::{Outcome, StartError, StartStage};
+use crate::core::worker::Outcome;
+use model::process::{StartError, StartStage};
 
 fn web(slot: u32) -> Instance {
     Instance {

@@ -18,7 +18,7 @@ use std::time::Duration;
 use crate::core::dependencies::Gate;
 use crate::core::worker::{State, Worker};
 use crate::core::{App, Core};
-use crate::spec::{AppSpec, Condition, Dependency, RestartPolicy, When};
+use model::spec::{AppSpec, Condition, Dependency, RestartPolicy, When};
 
 /// `check` refuses a shorter `schedule: {every: …}`.
 pub const SHORTEST_EVERY: Duration = Duration::from_secs(1);

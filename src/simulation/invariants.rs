@@ -4,18 +4,19 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use nix::sys::signal::Signal;
+use model::Signal;
 
 use super::dependencies::{
     Standing, core_gate, dependents, describe, expected_gate, longest_chain, serves, standing,
 };
 use super::{Violation, World};
-use crate::core::worker::{AfterStop, State, WorkerId};
+use crate::core::worker::{AfterStop, State};
 use crate::core::{App, Core, Phase};
 use crate::effects::Effects;
 use crate::effects::fake::Life;
-use crate::spec::{ReloadLimits, When};
 use crate::supervisor::{Event, GROUP_POLL_INTERVAL};
+use model::orders::WorkerId;
+use model::spec::{ReloadLimits, When};
 
 /// Rounds of 500 ms the quiet time has at least.
 const QUIET_ROUNDS: u32 = 40;

@@ -39,15 +39,16 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::control::Command;
-use crate::core::{Phase, WatchdogMessage};
+use crate::core::Phase;
 use crate::effects::CheckAnswer;
 use crate::effects::Effects;
 use crate::effects::fake::{EXIT_AFTER_MS, FAIL_RUNS, FakeEffects, Life};
 use crate::effects::notify::Notification;
 use crate::effects::watch::{Load, Loaded};
-use crate::spec::{AppSpec, Desired, Probe, ProbeKind, ProbeSpec, Readiness, Template};
 use crate::supervisor::{Event, Supervisor};
+use model::orders::WatchdogMessage;
+use model::protocol::Command;
+use model::spec::{AppSpec, Desired, Probe, ProbeKind, ProbeSpec, Readiness, Template};
 
 pub mod dependencies;
 mod invariants;
@@ -88,7 +89,7 @@ pub struct World {
     witnessed: Option<Violation>,
     /// The workers of each app that were not stopping before the event
     /// being handled (see [`World::witness`]).
-    going_before: HashMap<String, Vec<crate::core::worker::WorkerId>>,
+    going_before: HashMap<String, Vec<model::orders::WorkerId>>,
     /// The first pid and the first signal [`World::witness`] has not
     /// looked at yet.
     unseen_pid: i32,
@@ -171,10 +172,12 @@ impl World {
     }
 
     fn with_effects(apps: Vec<AppSpec>, fake: FakeEffects) -> World {
+        // As the shell sets it: an upgrade serializes instants through it.
+        model::monotonic::set_anchor(std::time::Instant::now(), 1 << 40);
         let desired = Desired {
             source: "/sim/ecosystem.yaml".into(),
             apps: apps.clone(),
-            memory_check: crate::spec::defaults::MEMORY_CHECK,
+            memory_check: model::spec::defaults::MEMORY_CHECK,
             metrics: None,
         };
         let written = dependencies::refusal(&apps);

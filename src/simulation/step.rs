@@ -4,16 +4,16 @@ use std::time::Duration;
 
 use super::dependencies::SHORTEST_EVERY;
 use super::{UID, Violation, World, app, probe};
-use crate::control::Command;
-use crate::core::WatchdogMessage;
-use crate::core::worker::{Exit, StartError, StartStage};
 use crate::effects::fake::Behaviour;
 use crate::effects::watch::{Load, Loaded};
-use crate::spec::{
+use crate::supervisor::Event;
+use model::orders::WatchdogMessage;
+use model::process::{Exit, StartError, StartStage};
+use model::protocol::Command;
+use model::spec::{
     Condition, Dependency, HealthCheck, OnDependencyRestart, Overlap, Readiness, RestartPolicy,
     ScheduleSpec, Template, When,
 };
-use crate::supervisor::Event;
 
 /// One thing that happens to the world. Indices are taken modulo the
 /// candidates that exist when the step runs.
@@ -323,11 +323,11 @@ impl World {
             Edit::KillTimeout { app, millis } if !apps.is_empty() => {
                 let index = app % apps.len();
                 apps[index].kill_timeout = Duration::from_millis(millis.max(1));
-                apps[index].log = (millis % 2 == 1).then(|| crate::spec::LogSpec {
+                apps[index].log = (millis % 2 == 1).then(|| model::spec::LogSpec {
                     file: format!("/nonexistent/{}.log", apps[index].name),
                     max_size: millis,
                     keep: 1,
-                    format: crate::spec::LogFormat::Text,
+                    format: model::spec::LogFormat::Text,
                 });
             }
             Edit::Add => {

@@ -4,10 +4,11 @@
 use std::time::Instant;
 
 use super::{Supervisor, report};
-use crate::core::worker::{StartError, StartStage};
-use crate::core::{Action, Input, SpawnOrder};
+use crate::core::{Action, Input};
 use crate::effects::Effects;
-use crate::spec::SocketKey;
+use model::orders::SpawnOrder;
+use model::process::{StartError, StartStage};
+use model::spec::SocketKey;
 
 impl<E: Effects> Supervisor<E> {
     /// Carry out one round of actions. Socket sweeps are done once, last.

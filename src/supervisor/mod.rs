@@ -38,7 +38,7 @@ use crate::effects::notify::Notification;
 use crate::effects::spawn::ExecStatus;
 pub use crate::effects::watch::{Load, Loaded};
 use crate::effects::{CheckAnswer, Effects};
-use crate::spec::Desired;
+use model::spec::Desired;
 
 /// While a stopped worker's leader is gone but its group is not yet empty,
 /// the group is looked at this often.

@@ -8,8 +8,9 @@ use tracing::{debug, error, info, warn};
 
 use crate::core::Event;
 use crate::core::event::Instance;
-use crate::core::worker::{Decision, Exit, StopEnd};
-use crate::spec::{Desired, SocketKey};
+use crate::core::worker::{Decision, StopEnd};
+use model::process::Exit;
+use model::spec::{Desired, SocketKey};
 
 /// `web.2`, as in the output prefix.
 fn label(instance: &Instance) -> String {
@@ -62,9 +63,7 @@ fn exit_fields(exit: Exit) -> (Option<i32>, Option<&'static str>) {
         Exit::Code(code) => (Some(code), None),
         Exit::Signal { signal, .. } => (
             None,
-            nix::sys::signal::Signal::try_from(signal)
-                .ok()
-                .map(|s| s.as_str()),
+            model::Signal::from_number(signal).map(model::Signal::as_str),
         ),
     }
 }
@@ -225,10 +224,10 @@ pub fn event(event: &Event, shown: &str) {
         ),
         Event::Plan(change) => {
             let app = match change {
-                crate::plan::AppChange::Added { name, .. }
-                | crate::plan::AppChange::Removed { name, .. }
-                | crate::plan::AppChange::Unchanged { name } => name,
-                crate::plan::AppChange::Changed(changed) => &changed.name,
+                model::plan::AppChange::Added { name, .. }
+                | model::plan::AppChange::Removed { name, .. }
+                | model::plan::AppChange::Unchanged { name } => name,
+                model::plan::AppChange::Changed(changed) => &changed.name,
             };
             info!(event = "plan", app = %app, "{change}");
         }

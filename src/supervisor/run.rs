@@ -18,7 +18,6 @@ use tokio::sync::mpsc;
 use tracing::{error, info};
 
 use super::{Event, Supervisor};
-use crate::control::{Command, error_reply};
 use crate::effects::control::{self as control_socket, CONTROL_QUEUE, LogHub};
 use crate::effects::metrics::{self as metrics_endpoint, Endpoint};
 use crate::effects::notify::NotifySocket;
@@ -28,9 +27,10 @@ use crate::effects::sockets::SocketRegistry;
 use crate::effects::system::{Reports, Setup, System};
 use crate::effects::watch::FileWatcher;
 use crate::effects::{procfs, usage};
-use crate::spec::Desired;
 use crate::supervisor::upgrading::{self, Kept, Lineage, Upgrading};
 use crate::upgrade::Handover;
+use model::protocol::{Command, error_reply};
+use model::spec::Desired;
 
 /// New versions of the file waiting for the loop (the loader waits when full).
 const CONFIG_QUEUE: usize = 4;

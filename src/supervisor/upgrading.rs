@@ -17,13 +17,13 @@ use serde::{Deserialize, Serialize};
 use tracing::{error, info, warn};
 
 use super::Supervisor;
-use crate::control::error_reply;
 use crate::core::worker::State;
 use crate::effects::control::{ControlRequest, LogHub};
 use crate::effects::runtime::{ClaimState, FileIdentity};
 use crate::effects::system::System;
 use crate::upgrade::probe::{self, Ended, Said};
 use crate::upgrade::{self, Handover};
+use model::protocol::error_reply;
 
 /// How long the output queue and the log files may take to be written out
 /// before the exec.
@@ -106,8 +106,8 @@ pub struct Lineage {
 
 impl Lineage {
     /// For `status`.
-    pub fn describe(&self) -> crate::control::SupervisorInfo {
-        crate::control::SupervisorInfo {
+    pub fn describe(&self) -> model::protocol::SupervisorInfo {
+        model::protocol::SupervisorInfo {
             pid: std::process::id(),
             version: upgrade::VERSION.to_string(),
             started_at: humantime::format_rfc3339_seconds(self.started_at).to_string(),
@@ -229,7 +229,7 @@ fn handover(
             ring.lines = last.into_iter().collect();
         }
     }
-    let requested_at = crate::monotonic::to_nanos(requested).map_err(|e| e.to_string())?;
+    let requested_at = model::monotonic::to_nanos(requested).map_err(|e| e.to_string())?;
     let state = Handover {
         format: upgrade::FORMAT,
         core_format: crate::core::STATE_VERSION,
@@ -439,7 +439,7 @@ pub fn carry_out(agreed: Agreed, supervisor: &mut Supervisor<System>, kept: &Kep
 /// After an upgrade, in the new image: every worker that waits for a
 /// readiness probe gets it again.
 pub fn resume_probes(supervisor: &mut Supervisor<System>) {
-    let waiting: Vec<(String, u32, crate::spec::Readiness, i32)> = supervisor
+    let waiting: Vec<(String, u32, model::spec::Readiness, i32)> = supervisor
         .core()
         .apps()
         .flat_map(|app| {
@@ -472,7 +472,7 @@ pub fn announce(
     upgrades: u32,
     lost: usize,
 ) {
-    let took_ms = crate::monotonic::to_nanos(Instant::now())
+    let took_ms = model::monotonic::to_nanos(Instant::now())
         .map(|now| now.saturating_sub(requested_at) / 1_000_000)
         .unwrap_or(0);
     let kept = match lost {

@@ -27,7 +27,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
 use super::{FORMAT, Handover, MAX_STATE_BYTES, VERSION};
-use crate::core::worker::{Exit, StartError};
+use model::process::{Exit, StartError};
 
 /// The argument that makes our binary answer a probe.
 pub const PROBE_ARG: &str = "--upgrade-probe";
@@ -346,7 +346,7 @@ mod tests {
         let unrun = verdict(
             binary,
             Ended::CouldNotRun(StartError {
-                stage: crate::core::worker::StartStage::Exec,
+                stage: model::process::StartStage::Exec,
                 errno: libc::EACCES,
             }),
             &Said::default(),

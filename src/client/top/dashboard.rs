@@ -9,7 +9,7 @@ use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use super::model::{InstanceRow, Table};
 use crate::cli::exit;
 use crate::client::Failure;
-use crate::control::{Command, StatusReply};
+use ::model::protocol::{Command, StatusReply};
 
 /// The most log lines asked for at once (for the pane's height; an app's
 /// share per instance is this divided among them, at least one each).

@@ -1,6 +1,6 @@
 //! Status replies for the tests of the model and the view.
 
-use crate::control::{AppStatus, Rollout, StatusReply, WorkerStatus};
+use ::model::protocol::{AppStatus, Rollout, StatusReply, WorkerStatus};
 
 /// A worker of a test reply: ready with `pid`, or in backoff without one.
 pub(crate) fn worker(slot: u32, pid: Option<i32>, cpu: Option<f64>) -> WorkerStatus {

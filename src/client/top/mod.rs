@@ -44,7 +44,7 @@ use self::background::Background;
 use self::dashboard::{Dashboard, Effect, LOG_LINE_CHARS_MAX, LOG_LINES_MAX, LogRequest};
 use super::{Connection, Failure, REPLY_TIMEOUT, ask, ask_status, fail, socket_path};
 use crate::cli::exit;
-use crate::control::{Command, StatusReply};
+use ::model::protocol::{Command, StatusReply};
 
 /// The most frames drawn, and status requests sent, per second.
 pub const REDRAWS_PER_SECOND: u32 = 2;

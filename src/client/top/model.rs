@@ -10,7 +10,7 @@
 use std::cmp::Ordering;
 
 use crate::client::status::{duration, megabytes, percent};
-use crate::control::{StatusReply, WorkerStatus};
+use ::model::protocol::{StatusReply, WorkerStatus};
 
 /// One instance, with the values the table shows and sorts by.
 #[derive(Debug, Clone, PartialEq)]

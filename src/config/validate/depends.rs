@@ -22,7 +22,7 @@ use super::{AppContext, BrokenFields, key};
 use crate::config::diagnostic::{Diagnostic, PathSeg, Reporter, did_you_mean};
 use crate::config::node::Node;
 use crate::config::raw::{self, AppFields, EcosystemFile};
-use crate::spec::{AppSpec, Condition, Dependency, OnDependencyRestart, RestartPolicy};
+use model::spec::{AppSpec, Condition, Dependency, OnDependencyRestart, RestartPolicy};
 
 /// Unknown names get the list of apps as help when there are at most this many.
 const MAX_APPS_LISTED: usize = 12;

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use nix::sys::signal::Signal;
+use model::Signal;
 
 use super::ready::{ProbePurpose, ProbeTarget, parse_probe_target};
 use super::{
@@ -16,7 +16,7 @@ use super::{
 use crate::config::diagnostic::{PathSeg, Reporter};
 use crate::config::raw;
 use crate::host::find_program;
-use crate::spec::{HealthCheck, HealthSpec, ListenSpec, ProbeKind, Template, defaults};
+use model::spec::{HealthCheck, HealthSpec, ListenSpec, ProbeKind, Template, defaults};
 
 /// What a size looks like, for every diagnostic about one.
 const SIZE_HELP: &str = "write a number of bytes or a number with a unit, e.g. 300MB, 512K, 1.5GiB (K, M, G are 1024-based like KiB, MiB, GiB; KB, MB, GB are 1000-based)";
@@ -356,7 +356,7 @@ fn parse_size(text: &str) -> Result<u64, SizeError> {
 mod tests {
     use super::*;
     use crate::config::{Host, check_text};
-    use crate::spec::{Desired, Probe};
+    use model::spec::{Desired, Probe};
 
     fn resolve(text: &str) -> Desired {
         let dir = tempfile::tempdir().unwrap();

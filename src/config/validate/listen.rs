@@ -8,7 +8,7 @@ use std::path::Path;
 use super::{AppContext, MAX_UNIX_PATH, join_clean, key};
 use crate::config::diagnostic::{PathSeg, Reporter};
 use crate::config::raw::{self, EcosystemFile};
-use crate::spec::{ListenAddress, ListenSpec};
+use model::spec::{ListenAddress, ListenSpec};
 
 impl AppContext<'_> {
     pub(super) fn resolve_listen(&self, reporter: &mut Reporter) -> Vec<ListenSpec> {
@@ -27,13 +27,13 @@ impl AppContext<'_> {
                 })
                 .collect(),
         };
-        if entries.len() > crate::effects::spawn::MAX_LISTEN_FDS {
+        if entries.len() > model::limits::MAX_LISTEN_FDS {
             reporter.error(
                 &path,
                 format!(
                     "{} listening sockets is more than the limit of {}",
                     entries.len(),
-                    crate::effects::spawn::MAX_LISTEN_FDS
+                    model::limits::MAX_LISTEN_FDS
                 ),
             );
             return Vec::new();
@@ -103,13 +103,13 @@ impl AppContext<'_> {
             }
         }
         let injected = specs.iter().filter(|s| s.inject).count();
-        if injected > crate::effects::inject::MAX_INJECTED_SOCKETS {
+        if injected > model::limits::MAX_INJECTED_SOCKETS {
             reporter
                 .error(
                     &path,
                     format!(
                         "{injected} sockets with `inject` is more than the limit of {}",
-                        crate::effects::inject::MAX_INJECTED_SOCKETS
+                        model::limits::MAX_INJECTED_SOCKETS
                     ),
                 )
                 .help("the preload library hands over at most that many sockets to one program");

@@ -13,7 +13,7 @@ use super::health::resolve_size;
 use super::{AppContext, join_clean, key};
 use crate::config::diagnostic::{PathSeg, Reporter};
 use crate::config::raw;
-use crate::spec::{AppSpec, LOG_INSTANCE_PLACEHOLDER, LogFormat, LogSpec, defaults};
+use model::spec::{AppSpec, LOG_INSTANCE_PLACEHOLDER, LogFormat, LogSpec, defaults};
 
 /// The placeholder replaced by the app's name.
 const APP_PLACEHOLDER: &str = "{app}";

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use super::key;
 use crate::config::diagnostic::Reporter;
 use crate::config::raw::EcosystemFile;
-use crate::spec::{ListenAddress, ListenSpec};
+use model::spec::{ListenAddress, ListenSpec};
 
 /// How to write the address, for every error about it.
 const HOW_TO_WRITE: &str = "write IP:PORT, e.g. `127.0.0.1:9464` (port 0 picks a free port), `[::1]:9464`, or `:9464` for every IPv4 interface";

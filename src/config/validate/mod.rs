@@ -1,5 +1,5 @@
 //! Semantic validation: from well-formed [`raw`] types to the resolved
-//! [`spec`](crate::spec) model, reporting every problem on the way.
+//! [`spec`](model::spec) model, reporting every problem on the way.
 //!
 //! Each check reports at the place the value is *written*: a value inherited
 //! from `defaults` is reported at `defaults.…`, once, not once per app. The
@@ -29,14 +29,14 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use nix::sys::signal::Signal;
+use model::Signal;
 
 use super::diagnostic::{PathSeg, Reporter};
 use super::raw::{self, AppFields, EcosystemFile};
 pub use crate::host::Host;
-use crate::spec::{AppSpec, Desired, ListenSpec, ProcessDefinition, defaults};
 pub use health::size_in_bytes;
 pub use listen::parse_host_port;
+use model::spec::{AppSpec, Desired, ListenSpec, ProcessDefinition, defaults};
 pub use policy::parse_signal;
 pub use process::valid_env_name;
 pub use ready::parse_http_url;
@@ -342,14 +342,14 @@ fn command_templates<S: AsRef<str>>(
     what: &str,
     path: &[PathSeg],
     reporter: &mut Reporter,
-) -> Option<Vec<crate::spec::Template>> {
+) -> Option<Vec<model::spec::Template>> {
     if words.iter().any(|w| w.as_ref().contains('\0')) {
         reporter.error(path, format!("{what} contains a NUL byte"));
         return None;
     }
     let mut argv = Vec::with_capacity(words.len());
     for word in words {
-        match crate::spec::Template::parse(word.as_ref()) {
+        match model::spec::Template::parse(word.as_ref()) {
             Ok(template) => argv.push(template),
             Err(error) => {
                 reporter.error(path, error.0);

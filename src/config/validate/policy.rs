@@ -6,12 +6,12 @@
 
 use std::time::Duration;
 
-use nix::sys::signal::Signal;
+use model::Signal;
 
 use super::{AppContext, key, parse_positive_duration};
 use crate::config::diagnostic::{Reporter, did_you_mean};
 use crate::config::raw;
-use crate::spec::{BackoffPolicy, MaxRestarts, ReloadLimits, RestartPolicy, defaults};
+use model::spec::{BackoffPolicy, MaxRestarts, ReloadLimits, RestartPolicy, defaults};
 
 impl AppContext<'_> {
     pub(super) fn resolve_instances(&self, reporter: &mut Reporter) -> Option<(u32, bool)> {
@@ -180,7 +180,7 @@ impl AppContext<'_> {
         match parse_signal(&name) {
             Some(signal) => Some(signal),
             None => {
-                let known: Vec<&str> = Signal::iterator().map(|s| s.as_str()).collect();
+                let known: Vec<&str> = Signal::ALL.iter().map(|s| s.as_str()).collect();
                 let upper = name.to_ascii_uppercase();
                 let guess = if upper.starts_with("SIG") {
                     upper
@@ -236,13 +236,7 @@ impl AppContext<'_> {
 
 /// `SIGTERM`, `TERM`, `sigterm`: the names users write.
 pub fn parse_signal(name: &str) -> Option<Signal> {
-    let upper = name.trim().to_ascii_uppercase();
-    let full = if upper.starts_with("SIG") {
-        upper
-    } else {
-        format!("SIG{upper}")
-    };
-    full.parse().ok()
+    Signal::parse_loose(name)
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use crate::config::diagnostic::{PathSeg, Reporter};
 use crate::config::envfile;
 use crate::config::raw;
 use crate::host::{Account, find_program};
-use crate::spec::{Identity, Template};
+use model::spec::{Identity, Template};
 
 impl AppContext<'_> {
     pub(super) fn resolve_cwd(&self, reporter: &mut Reporter) -> Option<PathBuf> {

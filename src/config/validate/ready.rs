@@ -9,7 +9,7 @@ use super::listen::parse_host_port;
 use super::{AppContext, key, parse_positive_duration};
 use crate::config::diagnostic::{PathSeg, Reporter};
 use crate::config::raw;
-use crate::spec::{ListenSpec, Probe, ProbeKind, ProbeSpec, Readiness, Template, defaults};
+use model::spec::{ListenSpec, Probe, ProbeKind, ProbeSpec, Readiness, Template, defaults};
 
 impl AppContext<'_> {
     pub(super) fn resolve_ready(
@@ -105,16 +105,6 @@ impl ProbePurpose {
             ProbePurpose::Health => {
                 "a sibling would answer the check, and supervise's socket accepts connections even while this instance hangs; check a port of the instance's own (e.g. `{instance+9000}`), or use `exec` or `watchdog`"
             }
-        }
-    }
-}
-
-impl ProbeKind {
-    /// The key it is written under: `tcp` or `http`.
-    pub(super) fn field(self) -> &'static str {
-        match self {
-            ProbeKind::Tcp => "tcp",
-            ProbeKind::Http => "http",
         }
     }
 }

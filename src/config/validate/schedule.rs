@@ -23,7 +23,7 @@ use croner::errors::CronError;
 use super::{AppContext, key, parse_positive_duration, within};
 use crate::config::diagnostic::{Reporter, did_you_mean};
 use crate::config::raw::{self, EcosystemFile};
-use crate::spec::{Overlap, ScheduleSpec, When, cron_parser as parser};
+use model::spec::{Overlap, ScheduleSpec, When, cron_parser as parser};
 
 /// The shortest `{every}`: a run per tick forks a process, and a period
 /// shorter than a second is a service's loop, not a schedule.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::super::harness::Harness;
 use super::Gate;
 use crate::core::{Event, Input};
-use crate::spec::{AppSpec, Condition, Dependency, OnDependencyRestart, Readiness, RestartPolicy};
+use model::spec::{AppSpec, Condition, Dependency, OnDependencyRestart, Readiness, RestartPolicy};
 
 const STEP: Duration = Duration::from_millis(100);
 
@@ -103,11 +103,11 @@ fn a_failed_one_shot_holds_its_dependents_until_it_is_fixed_in_the_file() {
     assert!(h.pids("api").is_empty() && h.pids("migrate").is_empty());
     // The migration fixed in the file runs again, and the stack comes up.
     let mut fixed = stack();
-    fixed[2].process.argv = vec![crate::spec::Template::literal("migrate --fixed")];
-    let desired = crate::spec::Desired {
+    fixed[2].process.argv = vec![model::spec::Template::literal("migrate --fixed")];
+    let desired = model::spec::Desired {
         source: "/srv/ecosystem.yaml".into(),
         apps: fixed,
-        memory_check: crate::spec::defaults::MEMORY_CHECK,
+        memory_check: model::spec::defaults::MEMORY_CHECK,
         metrics: None,
     };
     let now = h.now;
@@ -171,11 +171,11 @@ fn with_restart_a_dependent_is_replaced_once_every_dependency_instance_was() {
         assert_eq!(api_before.len(), 2);
         // One db instance restarting is not all of them.
         let db_pids = h.pids("db");
-        h.end(db_pids[0], crate::core::worker::Exit::Code(1));
+        h.end(db_pids[0], model::process::Exit::Code(1));
         h.settle();
         h.advance(Duration::from_secs(3), STEP);
         assert_eq!(h.pids("api"), api_before, "{policy:?}");
-        h.end(db_pids[1], crate::core::worker::Exit::Code(1));
+        h.end(db_pids[1], model::process::Exit::Code(1));
         h.settle();
         h.advance(Duration::from_secs(5), STEP);
         let replaced = h.count(|e| matches!(e, Event::DependencyRestarted { .. }));
@@ -209,7 +209,7 @@ fn a_dependency_of_no_instances_is_met_and_started_needs_the_program_running() {
 #[test]
 fn a_dependency_that_gives_up_holds_and_running_dependents_keep_running() {
     let mut db = app("db", 1, Duration::ZERO);
-    db.max_restarts = Some(crate::spec::MaxRestarts {
+    db.max_restarts = Some(model::spec::MaxRestarts {
         count: 1,
         within: Duration::from_secs(60),
     });
@@ -248,10 +248,10 @@ fn a_cycle_that_slipped_through_still_shuts_down() {
     a.depends_on = vec![on("b", Condition::Started)];
     let mut b = app("b", 1, Duration::ZERO);
     b.depends_on = vec![on("a", Condition::Started)];
-    let desired = crate::spec::Desired {
+    let desired = model::spec::Desired {
         source: "/srv/ecosystem.yaml".into(),
         apps: vec![a, b],
-        memory_check: crate::spec::defaults::MEMORY_CHECK,
+        memory_check: model::spec::defaults::MEMORY_CHECK,
         metrics: None,
     };
     let now = h.now;
@@ -306,11 +306,11 @@ fn a_halted_one_shot_whose_kept_run_fails_holds_its_dependents() {
     let old = h.pids("setup");
     assert_eq!(old.len(), 1, "the first run is under way");
     let mut edited = setup;
-    edited.process.argv = vec![crate::spec::Template::literal("setup --v2")];
-    let desired = crate::spec::Desired {
+    edited.process.argv = vec![model::spec::Template::literal("setup --v2")];
+    let desired = model::spec::Desired {
         source: "/srv/ecosystem.yaml".into(),
         apps: vec![edited, api],
-        memory_check: crate::spec::defaults::MEMORY_CHECK,
+        memory_check: model::spec::defaults::MEMORY_CHECK,
         metrics: None,
     };
     let now = h.now;

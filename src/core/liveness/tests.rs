@@ -3,12 +3,13 @@
 
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::Signal;
+use model::Signal;
 
 use super::super::harness::check_answer;
 use super::super::worker::{Outcome, State};
-use super::super::{Action, CheckOrder, Core, Event, Input, StopReason, WatchdogMessage};
-use crate::spec::{
+use super::super::{Action, Core, Event, Input, StopReason};
+use model::orders::{CheckOrder, WatchdogMessage};
+use model::spec::{
     AppSpec, Desired, HealthCheck, HealthSpec, MaxRestarts, Probe, ProbeKind, ProbeSpec, Readiness,
     ReloadLimits, RestartPolicy, Template,
 };
@@ -141,7 +142,7 @@ impl Shell {
     fn gone(&mut self, pid: i32, exit: i32) {
         let exited = Input::Exited {
             pid,
-            exit: crate::core::worker::Exit::Code(exit),
+            exit: model::process::Exit::Code(exit),
             start_error: None,
         };
         self.core.input(exited, self.now);
@@ -345,7 +346,7 @@ fn a_replacement_that_fails_stops_the_broken_one_and_restarts_with_backoff() {
     // The replacement could not bind the port the broken one holds.
     let exited = Input::Exited {
         pid: 101,
-        exit: crate::core::worker::Exit::Code(1),
+        exit: model::process::Exit::Code(1),
         start_error: None,
     };
     shell.core.input(exited, shell.now);

@@ -5,14 +5,15 @@
 
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::Signal;
+use model::Signal;
 
 use super::*;
-use crate::control::Command;
-use crate::core::worker::{Exit, Outcome};
+use crate::core::worker::Outcome;
 use crate::effects::fake::Behaviour;
 use crate::simulation::{Edit, Step, World, app};
-use crate::spec::{ListenAddress, ListenSpec, Readiness, ReloadLimits};
+use model::process::Exit;
+use model::protocol::Command;
+use model::spec::{ListenAddress, ListenSpec, Readiness, ReloadLimits};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -244,7 +245,7 @@ fn workers_in_backoff_above_the_count_are_forgotten() {
 fn failed_and_exited_workers_stay_until_the_definition_changes() {
     let mut w = World::new(vec![{
         let mut spec = app("web", 2, Readiness::Immediate);
-        spec.restart = crate::spec::RestartPolicy::Never;
+        spec.restart = model::spec::RestartPolicy::Never;
         spec
     }]);
     let pid = pid_of(&w, 0);
@@ -517,8 +518,8 @@ fn an_exec_failure_with_ready_none_is_never_ready_and_shutdown_completes() {
     // shebang (ENOEXEC) with `ready: none` showed ready workers with pids that
     // never ran a program, and SIGTERM waited for them for ever.
     let failing = Behaviour {
-        exec_error: Some(crate::core::worker::StartError {
-            stage: crate::core::worker::StartStage::Exec,
+        exec_error: Some(model::process::StartError {
+            stage: model::process::StartStage::Exec,
             errno: libc::ENOEXEC,
         }),
         ..Behaviour::default()

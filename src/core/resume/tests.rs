@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use super::super::commands::Order;
 use super::super::harness::{Harness, check_answer};
-use super::super::worker::{Exit, State};
+use super::super::worker::State;
 use super::super::{Action, Core, Input, Phase};
-use crate::spec::{
+use model::process::Exit;
+use model::spec::{
     AppSpec, Condition, Dependency, Desired, HealthCheck, HealthSpec, Identity, ListenAddress,
     ListenSpec, LogFormat, LogSpec, MaxRestarts, OnDependencyRestart, Overlap, Probe, ProbeKind,
     ProbeSpec, Readiness, RestartPolicy, ScheduleSpec, Template, When,
@@ -18,6 +19,7 @@ const MS: Duration = Duration::from_millis(1);
 const SEC: Duration = Duration::from_secs(1);
 
 fn round_trip(core: &Core) -> Core {
+    model::monotonic::set_anchor(std::time::Instant::now(), 1 << 40);
     let json = serde_json::to_vec(core).expect("a core serializes");
     let restored: Core = serde_json::from_slice(&json).expect("and deserializes");
     let again = serde_json::to_vec(&restored).expect("a restored core serializes");
@@ -246,7 +248,7 @@ fn a_removed_app_draining_and_a_shutdown() {
         desired: Desired {
             source: "/srv/ecosystem.yaml".into(),
             apps: vec![web(2)],
-            memory_check: crate::spec::defaults::MEMORY_CHECK,
+            memory_check: model::spec::defaults::MEMORY_CHECK,
             metrics: Some("127.0.0.1:9100".parse().unwrap()),
         },
         unbound: Vec::new(),
@@ -480,7 +482,7 @@ fn an_armed_watchdog() {
             uid: 1000,
             ready: false,
             status: None,
-            watchdog: Some(super::super::WatchdogMessage::Ping),
+            watchdog: Some(model::orders::WatchdogMessage::Ping),
             extend_timeout: None,
             injected: false,
         };
@@ -578,8 +580,8 @@ fn a_spec_with_everything_set_round_trips() {
     spec.instances_from_max = true;
     spec.ready = Readiness::Delay(250 * MS);
     spec.backoff.factor = 1.1;
-    spec.stop_signal = nix::sys::signal::Signal::SIGQUIT;
-    spec.watchdog_signal = nix::sys::signal::Signal::SIGUSR2;
+    spec.stop_signal = model::Signal::SIGQUIT;
+    spec.watchdog_signal = model::Signal::SIGUSR2;
     spec.health = Some(HealthSpec {
         check: HealthCheck::Exec(vec![Template::literal("check"), Template::literal("-q")]),
         every: 5 * SEC,
@@ -649,7 +651,7 @@ mod simulated {
 
     use super::round_trip;
     use crate::simulation::{CommandKind, Edit, Step, World, app, ending_on_its_own, probe};
-    use crate::spec::{Readiness, RestartPolicy};
+    use model::spec::{Readiness, RestartPolicy};
 
     fn step() -> impl Strategy<Value = Step> {
         let kind = prop_oneof![

@@ -6,7 +6,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use super::super::harness::Harness;
 use crate::core::Event;
 use crate::core::commands::Order;
-use crate::spec::{AppSpec, Overlap, Readiness, RestartPolicy, ScheduleSpec, When};
+use model::spec::{AppSpec, Overlap, Readiness, RestartPolicy, ScheduleSpec, When};
 
 fn scheduled(when: When, overlap: Overlap, run_on_start: bool) -> AppSpec {
     let mut spec = AppSpec::with_defaults("job", &["job"], 1);
@@ -126,10 +126,10 @@ fn daily_at_three() -> (Harness, std::time::SystemTime) {
     let wall = UNIX_EPOCH + Duration::from_secs(1_796_093_970);
     let now = h.now;
     h.core.set_wall_clock(wall, now);
-    let desired = crate::spec::Desired {
+    let desired = model::spec::Desired {
         source: "/srv/ecosystem.yaml".into(),
         apps: vec![scheduled(when, Overlap::Skip, false)],
-        memory_check: crate::spec::defaults::MEMORY_CHECK,
+        memory_check: model::spec::defaults::MEMORY_CHECK,
         metrics: None,
     };
     let trigger = "test".to_string();

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::super::harness::Harness;
 use crate::core::Event;
-use crate::spec::{AppSpec, Condition, Dependency, Readiness};
+use model::spec::{AppSpec, Condition, Dependency, Readiness};
 
 const STEP: Duration = Duration::from_millis(100);
 
@@ -67,7 +67,7 @@ fn an_app_that_crashes_at_start_does_not_keep_the_supervisor_from_starting() {
     ]);
     h.advance(Duration::from_millis(500), STEP);
     for pid in h.pids("bad") {
-        h.end(pid, crate::core::worker::Exit::Code(1));
+        h.end(pid, model::process::Exit::Code(1));
     }
     h.settle();
     assert_eq!(readies(&h), 0, "good is not ready yet");
@@ -134,10 +134,10 @@ fn an_app_waiting_on_one_still_starting_is_not_decided() {
 
 /// Apply `apps` as an edit of the file.
 fn edit(h: &mut Harness, apps: Vec<AppSpec>) {
-    let desired = crate::spec::Desired {
+    let desired = model::spec::Desired {
         source: "/srv/ecosystem.yaml".into(),
         apps,
-        memory_check: crate::spec::defaults::MEMORY_CHECK,
+        memory_check: model::spec::defaults::MEMORY_CHECK,
         metrics: None,
     };
     let now = h.now;
@@ -177,7 +177,7 @@ fn an_edit_before_the_start_is_told_is_part_of_the_start() {
 fn started_partly_names_a_bounded_few_and_counts_the_rest() {
     let mut h = Harness::new(vec![app("many", 20, Duration::from_secs(1))]);
     for pid in h.pids("many") {
-        h.end(pid, crate::core::worker::Exit::Code(1));
+        h.end(pid, model::process::Exit::Code(1));
     }
     h.settle();
     let said = started_partly(&h);
@@ -202,7 +202,7 @@ fn an_instance_held_by_stop_is_not_named_not_ready() {
         .expect("the command is taken");
     h.settle();
     let crashed = h.pids("web")[0];
-    h.end(crashed, crate::core::worker::Exit::Code(1));
+    h.end(crashed, model::process::Exit::Code(1));
     h.settle();
     assert_eq!(started_partly(&h), vec![vec!["web.0".to_string()]]);
 }

@@ -9,8 +9,8 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::{Outcome, Refused, RestartRules, State, Worker};
-use crate::backoff;
-use crate::spec::{HealthSpec, RestartPolicy};
+use model::backoff;
+use model::spec::{HealthSpec, RestartPolicy};
 
 /// The most one `EXTEND_TIMEOUT_USEC=` extends a start by (a datagram may
 /// say 585,000 years).
@@ -24,13 +24,13 @@ pub struct Health {
     /// What the last failed check said.
     pub last_failure: Option<String>,
     /// The check in flight: its number and when it started.
-    #[serde(with = "crate::monotonic::option_pair")]
+    #[serde(with = "model::monotonic::option_pair")]
     pub in_flight: Option<(u64, Instant)>,
     /// Numbers the checks of this worker (across its processes), so a late
     /// answer is told apart.
     pub checks: u64,
     /// When the next check is due; `None`: one `every` after ready.
-    #[serde(with = "crate::monotonic::option")]
+    #[serde(with = "model::monotonic::option")]
     pub next_check: Option<Instant>,
     /// A check of the current process has been answered.
     pub answered: bool,
@@ -41,9 +41,9 @@ pub struct Health {
 pub struct Watchdog {
     pub period: Duration,
     /// No `WATCHDOG=1` by then: missed.
-    #[serde(with = "crate::monotonic::instant")]
+    #[serde(with = "model::monotonic::instant")]
     pub deadline: Instant,
-    #[serde(with = "crate::monotonic::option")]
+    #[serde(with = "model::monotonic::option")]
     pub last_ping: Option<Instant>,
 }
 
@@ -53,7 +53,7 @@ pub struct Watchdog {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Recycle {
     pub outcome: Outcome,
-    #[serde(with = "crate::monotonic::instant")]
+    #[serde(with = "model::monotonic::instant")]
     pub restart_at: Instant,
 }
 

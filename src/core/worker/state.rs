@@ -15,7 +15,7 @@ pub enum State {
     /// Running, not ready yet.
     Starting {
         pid: i32,
-        #[serde(with = "crate::monotonic::instant")]
+        #[serde(with = "model::monotonic::instant")]
         since: Instant,
         /// `exec` succeeded: the program, not a forked copy of us, runs.
         exec_confirmed: bool,
@@ -23,18 +23,18 @@ pub enum State {
     /// Running and ready.
     Ready {
         pid: i32,
-        #[serde(with = "crate::monotonic::instant")]
+        #[serde(with = "model::monotonic::instant")]
         started: Instant,
-        #[serde(with = "crate::monotonic::instant")]
+        #[serde(with = "model::monotonic::instant")]
         since: Instant,
     },
     /// Told to stop; done when every process of its instance is gone.
     Stopping {
         pid: i32,
-        #[serde(with = "crate::monotonic::instant")]
+        #[serde(with = "model::monotonic::instant")]
         since: Instant,
         /// When SIGKILL goes to the group.
-        #[serde(with = "crate::monotonic::instant")]
+        #[serde(with = "model::monotonic::instant")]
         deadline: Instant,
         killed: bool,
         /// How the leader ended, once reaped (the group may still have members).
@@ -43,7 +43,7 @@ pub enum State {
     },
     /// Waiting to restart.
     Backoff {
-        #[serde(with = "crate::monotonic::instant")]
+        #[serde(with = "model::monotonic::instant")]
         until: Instant,
     },
     /// Gave up: `max_restarts` exceeded. Restarts only on a definition change or command.
@@ -57,7 +57,7 @@ pub enum State {
     /// `on-failure`): a one-shot that did its job, at `at`. Runs again only
     /// when its definition changes, or on `restart`.
     Completed {
-        #[serde(with = "crate::monotonic::instant")]
+        #[serde(with = "model::monotonic::instant")]
         at: Instant,
     },
 }

@@ -1,6 +1,7 @@
 //! The worker state machine, input by input, on a fake clock.
 
 use super::*;
+use model::process::{StartError, StartStage};
 
 fn rules(restart: RestartPolicy) -> RestartRules {
     RestartRules {

@@ -27,8 +27,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use model::Signal;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
-use nix::sys::signal::Signal;
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
@@ -327,14 +327,14 @@ impl Groups {
             let signalled = if killed {
                 HashSet::new()
             } else {
-                cgroup::signal(cgroup, signal as i32)
+                cgroup::signal(cgroup, signal.number())
             };
             // The leader is our child, so its pid is its own until we reap
             // it: reached even if it moved itself to another cgroup.
             if !signalled.contains(&pgid) && procfs::state(pgid).is_some_and(|s| s != 'Z') {
                 // SAFETY: signalling our own child, not yet reaped.
                 unsafe {
-                    libc::kill(pgid, signal as i32);
+                    libc::kill(pgid, signal.number());
                 }
             }
             return;
@@ -345,11 +345,11 @@ impl Groups {
         // Found before the group is signalled: once the leader is gone, its
         // children are orphans of ours, attributed only by their token.
         let escaped = self.escaped(pgid);
-        killpg(pgid, signal as i32);
+        killpg(pgid, signal.number());
         for pid in escaped {
             // SAFETY: signalling a process of one of our instances.
             unsafe {
-                libc::kill(pid, signal as i32);
+                libc::kill(pid, signal.number());
             }
         }
     }

@@ -38,7 +38,7 @@ mod writer;
 use writer::Writer;
 
 use super::output::Stream;
-use crate::spec::{Desired, LogSpec};
+use model::spec::{Desired, LogSpec};
 
 /// Lines one file's queue holds before lines are dropped.
 pub const FILE_QUEUE_LINES: usize = 64 * 1024;

@@ -16,7 +16,7 @@ use super::{
     DROP_REPORT_INTERVAL, FileQueue, IDLE_CLOSE, LogFiles, RECOVERED_AFTER, RETRY_INTERVAL, Record,
     count_dropped,
 };
-use crate::spec::{LogFormat, LogSpec};
+use model::spec::{LogFormat, LogSpec};
 
 /// Rendered bytes gathered before one `write`.
 const WRITE_CHUNK_BYTES: usize = 256 * 1024;

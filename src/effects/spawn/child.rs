@@ -8,14 +8,12 @@
 
 use std::os::fd::RawFd;
 
-use crate::core::worker::StartStage;
+use model::process::StartStage;
 
 /// Signals are 1..NSIG on Linux.
 const NSIG: libc::c_int = 65;
 
-/// The most listening sockets one app may pass (a fixed array: no allocation
-/// after fork). Far above any real use.
-pub const MAX_LISTEN_FDS: usize = 64;
+use model::limits::MAX_LISTEN_FDS;
 
 /// The bytes a failed child writes into its status pipe: stage and errno.
 pub const STATUS_BYTES: usize = 8;

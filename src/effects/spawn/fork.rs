@@ -7,7 +7,7 @@ use std::os::fd::RawFd;
 
 use super::child::{ChildPlan, MAX_PID_VARIABLE, PID_VARIABLE_BUFFER};
 use super::{Launch, SpawnError, cstring};
-use crate::core::worker::StartStage;
+use model::process::StartStage;
 
 /// Everything the child uses, allocated before the fork.
 pub struct Prepared {

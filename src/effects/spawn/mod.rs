@@ -31,10 +31,10 @@ use std::path::Path;
 
 use indexmap::IndexMap;
 
-use crate::core::worker::{StartError, StartStage};
-use crate::spec::{Identity, ListenAddress, ProcessDefinition, Readiness};
-pub use child::MAX_LISTEN_FDS;
 use child::STATUS_BYTES;
+use model::limits::MAX_LISTEN_FDS;
+use model::process::{StartError, StartStage};
+use model::spec::{Identity, ListenAddress, ProcessDefinition, Readiness};
 pub use spawner::{HELPER_ENV, SPAWNER_ARG, Spawner, serve as serve_spawner, start_helper};
 
 /// What the worker gets besides its definition.
@@ -482,7 +482,7 @@ pub fn read_status(status: &OwnedFd) -> ExecStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::{AppSpec, ListenSpec, Template};
+    use model::spec::{AppSpec, ListenSpec, Template};
 
     #[test]
     fn worker_env_layers_and_reserved_names() {

@@ -30,7 +30,7 @@ use nix::sys::socket::{
 
 use super::fork::{ChildFds, Parent, Prepared, fork_exec};
 use super::{Launch, SpawnError, pipe, wire};
-use crate::core::worker::StartStage;
+use model::process::StartStage;
 
 /// How long the supervisor waits for the spawner's answer (one fork) before
 /// it takes the spawner for broken (stopped, wedged), kills it, and fails
@@ -47,7 +47,7 @@ pub const SPAWNER_ARG: &str = "__spawner";
 /// stderr, the status pipe.
 const STDIO_FDS: usize = 4;
 /// The most fds one request carries (with a cgroup directory).
-const MAX_FDS: usize = STDIO_FDS + 1 + super::MAX_LISTEN_FDS;
+const MAX_FDS: usize = STDIO_FDS + 1 + model::limits::MAX_LISTEN_FDS;
 /// A reply: the pid (or -1), the stage code, the errno.
 const REPLY_BYTES: usize = 12;
 

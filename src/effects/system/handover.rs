@@ -11,15 +11,15 @@ use std::path::Path;
 use tracing::{error, warn};
 
 use super::{Exec, Probing, Reports, Setup, System, Tracked};
-use crate::core::worker::{Exit, StartError};
 use crate::effects::Reaped;
 use crate::effects::groups::Groups;
 use crate::effects::output::{self, Source};
 use crate::effects::sockets::SocketRegistry;
 use crate::effects::spawn::{self, ExecStatus, Launch};
 use crate::effects::transient::Transient;
-use crate::spec::Readiness;
 use crate::upgrade::probe::{self, Ended};
+use model::process::{Exit, StartError};
+use model::spec::Readiness;
 
 /// What an upgrade's probe's cgroup is named after (`upgrade-probe-N`).
 const PROBE_NAME: &str = "upgrade-probe";

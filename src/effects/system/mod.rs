@@ -20,7 +20,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::Instant;
 
-use nix::sys::signal::Signal;
+use model::Signal;
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
@@ -44,9 +44,9 @@ use super::transient::Transient;
 use super::undertaker::Undertaker;
 use super::usage;
 use super::{CheckAnswer, Effects, Reaped, SpawnFailure};
-use crate::core::worker::{Exit, StartError, StartStage};
-use crate::core::{CheckOrder, SpawnOrder};
-use crate::spec::{ListenAddress, Readiness, SocketKey};
+use model::orders::{CheckOrder, SpawnOrder};
+use model::process::{Exit, StartError, StartStage};
+use model::spec::{ListenAddress, Readiness, SocketKey};
 
 /// How long the last reap of killed adopted processes may take at shutdown.
 const ADOPTED_REAP_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
@@ -588,7 +588,7 @@ impl Effects for System {
         self.setup.files.forget(app, slot);
     }
 
-    fn route_output(&mut self, desired: &crate::spec::Desired) {
+    fn route_output(&mut self, desired: &model::spec::Desired) {
         self.setup.files.route(desired);
     }
 }

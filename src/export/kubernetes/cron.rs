@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::PodSpec;
 
 use super::{AppExport, Objects, yaml};
 use crate::export::{Notes, duration_text};
-use crate::spec::{Overlap, When};
+use model::spec::{Overlap, When};
 
 impl AppExport<'_> {
     pub(super) fn cron_job(&self, pod: PodSpec, notes: &mut Notes, objects: &mut Objects) {

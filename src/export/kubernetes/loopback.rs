@@ -10,7 +10,7 @@ use super::AppExport;
 use super::ports::services_of;
 use super::probes::{probe_target, probe_targets, probes};
 use crate::export::Notes;
-use crate::spec::{AppSpec, ListenAddress};
+use model::spec::{AppSpec, ListenAddress};
 
 /// Whether `app` listens where `target` (a loopback address) connects.
 fn listens_at(app: &AppSpec, target: SocketAddr) -> bool {
@@ -128,8 +128,8 @@ impl AppExport<'_> {
                 continue;
             };
             let field = match spec.kind {
-                crate::spec::ProbeKind::Tcp => "tcp",
-                crate::spec::ProbeKind::Http => "http",
+                model::spec::ProbeKind::Tcp => "tcp",
+                model::spec::ProbeKind::Http => "http",
             };
             notes.warn_with_help(
                 app,

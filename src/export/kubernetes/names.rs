@@ -9,7 +9,7 @@ use std::collections::HashSet;
 
 use crate::config::diagnostic::PathSeg;
 use crate::export::Notes;
-use crate::spec::AppSpec;
+use model::spec::AppSpec;
 
 /// The Service through which pods reach the API server, in `default`.
 const API_SERVER_SERVICE: &str = "kubernetes";

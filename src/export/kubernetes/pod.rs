@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use super::{AppExport, Objects, yaml};
 use crate::config::envfile;
 use crate::export::{Notes, name_list, reserved_env_name, whole_seconds};
-use crate::spec::{RestartPolicy, Template};
+use model::spec::{RestartPolicy, Template};
 
 impl AppExport<'_> {
     /// `env_file` as a ConfigMap; the `envFrom` that reads it.

@@ -12,7 +12,7 @@ use super::names::{dns_label, port_name};
 use super::workloads::runs_to_completion;
 use super::{AppExport, Objects, yaml};
 use crate::export::{Notes, Source};
-use crate::spec::{AppSpec, ListenAddress};
+use model::spec::{AppSpec, ListenAddress};
 
 /// The Services of `app`: one per TCP `listen` port of a Deployment, named
 /// after the app (`APP`, then `APP-INDEX` for a later entry).

@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::{AppExport, seconds_i32};
 use crate::export::{Notes, whole_seconds};
-use crate::spec::{AppSpec, HealthCheck, HealthSpec, Probe as Check, ProbeSpec, Readiness};
+use model::spec::{AppSpec, HealthCheck, HealthSpec, Probe as Check, ProbeSpec, Readiness};
 
 /// The probes of `app` with the key each is written under: `ready`, then
 /// `health`.
@@ -112,10 +112,10 @@ impl AppExport<'_> {
             None => {
                 let text = spec.written.expand(0);
                 let address = match spec.kind {
-                    crate::spec::ProbeKind::Tcp => {
+                    model::spec::ProbeKind::Tcp => {
                         crate::config::validate::parse_host_port(&text).ok()
                     }
-                    crate::spec::ProbeKind::Http => crate::config::validate::parse_http_url(&text)
+                    model::spec::ProbeKind::Http => crate::config::validate::parse_http_url(&text)
                         .ok()
                         .map(|(a, _)| a),
                 };
@@ -150,8 +150,8 @@ impl AppExport<'_> {
             }
             Readiness::Probe(spec) => {
                 let field = match spec.kind {
-                    crate::spec::ProbeKind::Tcp => "tcp",
-                    crate::spec::ProbeKind::Http => "http",
+                    model::spec::ProbeKind::Tcp => "tcp",
+                    model::spec::ProbeKind::Http => "http",
                 };
                 Some(self.handler(spec, notes, &["ready", field]))
             }
@@ -181,8 +181,8 @@ impl AppExport<'_> {
         let mut probe = match &health.check {
             HealthCheck::Probe(spec) => {
                 let field = match spec.kind {
-                    crate::spec::ProbeKind::Tcp => "tcp",
-                    crate::spec::ProbeKind::Http => "http",
+                    model::spec::ProbeKind::Tcp => "tcp",
+                    model::spec::ProbeKind::Http => "http",
                 };
                 self.handler(spec, notes, &["health", field])
             }

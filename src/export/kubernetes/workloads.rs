@@ -16,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::{AppExport, Objects, seconds_i32, yaml};
 use crate::export::{Notes, Source, whole_seconds};
-use crate::spec::{AppSpec, Readiness, RestartPolicy};
+use model::spec::{AppSpec, Readiness, RestartPolicy};
 
 /// The annotation that records `depends_on`, which Kubernetes does not order.
 const DEPENDS_ANNOTATION: &str = "supervise/depends-on";

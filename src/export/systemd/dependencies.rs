@@ -4,7 +4,7 @@
 
 use super::{AppUnits, UNITS_PER_LINE};
 use crate::export::Notes;
-use crate::spec::Condition;
+use model::spec::Condition;
 
 /// The most dependency instances one unit is `PartOf=` (and `After=`) one
 /// by one, for `on_dependency_restart: restart`; above it, the dependency's
@@ -48,7 +48,7 @@ impl AppUnits<'_> {
     ///   unit passes it on as well, whatever `on_dependency_restart` says.
     pub(super) fn dependencies(&self, unit: &mut Vec<String>, notes: &mut Notes) {
         let restart_with =
-            self.app.on_dependency_restart == crate::spec::OnDependencyRestart::Restart;
+            self.app.on_dependency_restart == model::spec::OnDependencyRestart::Restart;
         let mut listed: u32 = 0;
         for dependency in &self.app.depends_on {
             let Some(other) = self.source.desired.app(&dependency.app) else {

@@ -6,7 +6,7 @@
 use super::syntax::{escape_line, escape_specifiers, marked, quote};
 use super::{AppUnits, INSTANCE_MARK};
 use crate::export::{Notes, name_list, reserved_env_name};
-use crate::spec::{ListenAddress, Piece};
+use model::spec::{ListenAddress, Piece};
 
 impl AppUnits<'_> {
     /// `Environment=` for `env` and what supervise sets, after the

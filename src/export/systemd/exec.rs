@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use super::AppUnits;
 use super::syntax::{exec_word, marked, shell_word};
-use crate::spec::{Piece, Template};
+use model::spec::{Piece, Template};
 
 impl AppUnits<'_> {
     /// Whether any word of the command or any `env` value needs arithmetic

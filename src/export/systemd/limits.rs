@@ -7,7 +7,7 @@
 use super::AppUnits;
 use crate::config::diagnostic::PathSeg;
 use crate::export::Notes;
-use crate::spec::ListenAddress;
+use model::spec::ListenAddress;
 
 /// The longest unit name systemd loads (its UNIT_NAME_MAX, 256, less the NUL).
 const MAX_UNIT_NAME: usize = 255;

@@ -6,7 +6,7 @@ use super::AppUnits;
 use super::syntax::timespan;
 use crate::config::diagnostic::PathSeg;
 use crate::export::{Notes, duration_text};
-use crate::spec::RestartPolicy;
+use model::spec::RestartPolicy;
 
 /// The first systemd with `RestartSteps=` and `RestartMaxDelaySec=`.
 const RESTART_STEPS_SINCE: u32 = 254;

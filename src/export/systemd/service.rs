@@ -11,7 +11,7 @@ use super::sockets::SocketUnit;
 use super::syntax::{escape_line, seconds_text, timespan};
 use super::{AppUnits, INSTANCE_MARK};
 use crate::export::Notes;
-use crate::spec::Readiness;
+use model::spec::Readiness;
 
 impl AppUnits<'_> {
     /// The template's text: `[Unit]`, then `[Service]`.
@@ -64,8 +64,8 @@ impl AppUnits<'_> {
         match &app.ready {
             Readiness::Probe(spec) => {
                 let field = match spec.kind {
-                    crate::spec::ProbeKind::Tcp => "tcp",
-                    crate::spec::ProbeKind::Http => "http",
+                    model::spec::ProbeKind::Tcp => "tcp",
+                    model::spec::ProbeKind::Http => "http",
                 };
                 self.warn(
                     notes,

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use super::AppUnits;
 use super::syntax::escape_line;
 use crate::export::Notes;
-use crate::spec::ListenAddress;
+use model::spec::ListenAddress;
 
 /// One socket unit of an app.
 pub(super) struct SocketUnit {

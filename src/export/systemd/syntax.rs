@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use super::INSTANCE_MARK;
-use crate::spec::{Piece, Template};
+use model::spec::{Piece, Template};
 
 /// A duration as a unit setting: plain seconds (`2678400s`), or
 /// milliseconds or microseconds when it has a fraction. humantime's

@@ -8,7 +8,7 @@ use super::AppUnits;
 use super::calendar::cron_to_calendar;
 use super::syntax::{escape_line, timespan};
 use crate::export::Notes;
-use crate::spec::{Overlap, When};
+use model::spec::{Overlap, When};
 
 impl AppUnits<'_> {
     /// The timer's text, if the app has a schedule systemd can keep.

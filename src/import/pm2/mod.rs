@@ -390,7 +390,7 @@ fn merge_env(
         }
         let text = text_of(v);
         // A value supervise cannot read at all is left out by `checked_env`.
-        if crate::spec::Template::parse(&text).is_ok() {
+        if model::spec::Template::parse(&text).is_ok() {
             placeholder_warning(draft, line, &text);
         }
         set_env(

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::super::{DraftApp, Places, millis};
 use super::{MAX_WINDOW_MS, Pm2App, millis_of, stime, text_of};
-use crate::spec::defaults::MAX_INSTANCES;
+use model::spec::defaults::MAX_INSTANCES;
 
 /// pm2's `KILL_TIMEOUT` (its `constants.js`): how long pm2 waits after
 /// SIGINT before SIGKILL, also when `kill_timeout` is 0, which pm2 reads as

@@ -3,7 +3,7 @@ use std::path::PathBuf;
 
 use super::*;
 use crate::import::outcome::Outcome;
-use crate::spec::defaults::MAX_INSTANCES;
+use model::spec::defaults::MAX_INSTANCES;
 
 /// A machine whose files are listed: path → kind, and programs on the PATH.
 struct Listed {

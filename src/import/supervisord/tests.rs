@@ -299,11 +299,11 @@ fn values_check_refuses_are_adjusted_or_left_out_with_a_warning() {
     assert_eq!(app.fields["kill_timeout"], json!("1s"));
     assert_eq!(
         app.fields["instances"],
-        json!(crate::spec::defaults::MAX_INSTANCES)
+        json!(model::spec::defaults::MAX_INSTANCES)
     );
     assert_eq!(
         app.fields["log"],
-        json!({"file": "/var/log/a.log", "keep": crate::spec::defaults::MAX_LOG_KEEP})
+        json!({"file": "/var/log/a.log", "keep": model::spec::defaults::MAX_LOG_KEEP})
     );
     assert_eq!(app.fields["env"], json!({"B": "2"}));
     let warned_at = |line: usize| {

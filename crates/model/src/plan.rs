@@ -299,7 +299,7 @@ mod tests {
             grace: defaults::HEALTH_GRACE,
         });
         checked.max_memory = Some(300 << 20);
-        checked.watchdog_signal = nix::sys::signal::Signal::SIGQUIT;
+        checked.watchdog_signal = crate::Signal::SIGQUIT;
         let change = diff(&desired(vec![app("api", 2)]), &desired(vec![checked]));
         assert_eq!(
             change[0].to_string(),

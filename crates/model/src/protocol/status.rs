@@ -50,7 +50,7 @@ impl StatusReply {
     /// from `usage` (per process group, from /proc; `ticks` per second).
     pub fn add_usage(
         &mut self,
-        usage: &std::collections::HashMap<i32, crate::effects::GroupUsage>,
+        usage: &std::collections::HashMap<i32, crate::usage::GroupUsage>,
         ticks: u64,
     ) {
         for worker in self.apps.iter_mut().flat_map(|a| a.workers.iter_mut()) {

@@ -12,15 +12,16 @@
 //! the old image and in the new one.
 //!
 //! Without relying on how `Instant` is made, the conversion goes through an
-//! *anchor* read once per process: `Instant::now()` and
-//! `clock_gettime(CLOCK_MONOTONIC)` back to back. An instant is the anchor's
+//! *anchor*: an `Instant::now()` and a `clock_gettime(CLOCK_MONOTONIC)` read
+//! back to back, once per process, by the shell ([`set_anchor`]: the effects
+//! read the clock; this crate never does). An instant is the anchor's
 //! nanoseconds plus (or minus) its distance from the anchor's instant. The
 //! two readings are a few dozen nanoseconds apart, which is the most a
 //! deadline moves across an upgrade; within one process, writing an instant
 //! and reading it back gives it exactly.
 //!
-//! This is the one place outside the shell that reads a clock, and only to
-//! translate: the core stays pure and never sees a number of nanoseconds.
+//! The core stays pure: it never sees a number of nanoseconds, and nothing
+//! here reads a clock.
 //!
 //! The `serde` modules below ([`instant`], [`option`], [`deque`],
 //! [`option_pair`], [`wall_pair`]) are for `#[serde(with = …)]`.
@@ -29,46 +30,29 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// The anchor: an instant and the CLOCK_MONOTONIC nanoseconds of the same
-/// moment, read once per process.
+/// moment, set once per process by the shell.
 static ANCHOR: OnceLock<(Instant, u64)> = OnceLock::new();
 
 /// Why an instant could not be translated.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
-    /// CLOCK_MONOTONIC could not be read (it always can on Linux).
-    #[error("CLOCK_MONOTONIC could not be read: {0}")]
-    Clock(String),
+    /// The shell did not set the anchor before an instant was written or read.
+    #[error("the monotonic clock's anchor is not set (a bug: the shell sets it at start)")]
+    NoAnchor,
     /// The instant or the number is too far from now to be the other.
     #[error("{0}: out of range of the monotonic clock")]
     OutOfRange(String),
 }
 
-fn read_clock() -> Result<u64, Error> {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `now` is a valid, writable timespec for the call.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-    if rc != 0 {
-        return Err(Error::Clock(std::io::Error::last_os_error().to_string()));
-    }
-    let secs = u64::try_from(now.tv_sec).map_err(|e| Error::Clock(e.to_string()))?;
-    let nanos = u64::try_from(now.tv_nsec).map_err(|e| Error::Clock(e.to_string()))?;
-    secs.checked_mul(1_000_000_000)
-        .and_then(|n| n.checked_add(nanos))
-        .ok_or_else(|| Error::Clock(format!("{secs}s is out of range")))
+/// Set this process's anchor: `instant` and the CLOCK_MONOTONIC nanoseconds
+/// of the same moment. The first call stands; the anchor it set is returned.
+pub fn set_anchor(instant: Instant, nanos: u64) -> (Instant, u64) {
+    *ANCHOR.get_or_init(|| (instant, nanos))
 }
 
-/// The process's anchor, read on first use.
+/// The process's anchor.
 fn anchor() -> Result<(Instant, u64), Error> {
-    if let Some(anchor) = ANCHOR.get() {
-        return Ok(*anchor);
-    }
-    let instant = Instant::now();
-    let nanos = read_clock()?;
-    // A racing first use may have set it meanwhile: the first one stands.
-    Ok(*ANCHOR.get_or_init(|| (instant, nanos)))
+    ANCHOR.get().copied().ok_or(Error::NoAnchor)
 }
 
 fn nanos_of(duration: Duration) -> Option<u64> {
@@ -233,8 +217,15 @@ pub mod wall_pair {
 mod tests {
     use super::*;
 
+    /// An anchor as the shell would set it (any number far from zero does:
+    /// within one process only the distances matter).
+    fn anchored() -> (Instant, u64) {
+        set_anchor(Instant::now(), 1_000_000_000_000)
+    }
+
     #[test]
     fn an_instant_round_trips_exactly() {
+        anchored();
         let now = Instant::now();
         for instant in [
             now,
@@ -247,7 +238,7 @@ mod tests {
 
     #[test]
     fn an_instant_before_the_anchor_round_trips() {
-        let (at, nanos) = anchor().unwrap();
+        let (at, nanos) = anchored();
         let Some(before) = at.checked_sub(Duration::from_millis(5)) else {
             return; // The machine booted less than 5 ms ago.
         };
@@ -257,16 +248,8 @@ mod tests {
     }
 
     #[test]
-    fn the_nanoseconds_are_those_of_clock_monotonic() {
-        let before = read_clock().unwrap();
-        let now = to_nanos(Instant::now()).unwrap();
-        let after = read_clock().unwrap();
-        // The anchor's two readings are apart by far less than a second.
-        assert!(now + 1_000_000_000 > before && now < after + 1_000_000_000);
-    }
-
-    #[test]
     fn a_far_future_instant_round_trips_and_beyond_range_is_an_error() {
+        let (at, nanos) = anchored();
         let far = Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600);
         assert_eq!(from_nanos(to_nanos(far).unwrap()).unwrap(), far);
         // u64 nanoseconds end after 584 years of uptime.
@@ -275,7 +258,6 @@ mod tests {
             assert!(matches!(to_nanos(beyond), Err(Error::OutOfRange(_))));
         }
         // Before the clock's zero.
-        let (at, nanos) = anchor().unwrap();
         if let Some(before_zero) = at.checked_sub(Duration::from_nanos(nanos + 1)) {
             assert!(matches!(to_nanos(before_zero), Err(Error::OutOfRange(_))));
         }
@@ -283,11 +265,14 @@ mod tests {
         if let Ok(last) = from_nanos(u64::MAX) {
             assert!(last > far);
         }
-        assert_eq!(from_nanos(0).map(|i| to_nanos(i).unwrap()), Ok(0));
+        if let Ok(zero) = from_nanos(0) {
+            assert_eq!(to_nanos(zero), Ok(0));
+        }
     }
 
     #[test]
     fn a_bad_number_is_a_serde_error_not_a_panic() {
+        anchored();
         let json = serde_json::to_string(&Nanos(Instant::now())).unwrap();
         let back: Nanos = serde_json::from_str(&json).unwrap();
         assert_eq!(serde_json::to_string(&back).unwrap(), json);

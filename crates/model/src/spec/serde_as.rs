@@ -1,21 +1,5 @@
 //! What has no `serde` of its own, written as the text it is read from
-//! (for the state a re-exec hands over: [`crate::core::Core`]).
-
-/// A signal as its name (`"SIGTERM"`); an unknown name is refused.
-pub mod signal {
-    use nix::sys::signal::Signal;
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(signal: &Signal, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(signal.as_str())
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Signal, D::Error> {
-        let name = std::borrow::Cow::<str>::deserialize(deserializer)?;
-        name.parse::<Signal>()
-            .map_err(|_| serde::de::Error::custom(format!("unknown signal `{name}`")))
-    }
-}
+//! (for the state a re-exec hands over).
 
 /// A cron expression as its pattern, parsed again as the file's are.
 pub mod cron {

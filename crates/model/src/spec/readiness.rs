@@ -47,6 +47,16 @@ pub enum ProbeKind {
     Http,
 }
 
+impl ProbeKind {
+    /// The key it is written under: `tcp` or `http`.
+    pub fn field(self) -> &'static str {
+        match self {
+            ProbeKind::Tcp => "tcp",
+            ProbeKind::Http => "http",
+        }
+    }
+}
+
 impl ProbeSpec {
     /// The target of `slot` (`None` for a slot the file did not have).
     pub fn target(&self, slot: u32) -> Option<&Probe> {

@@ -24,15 +24,15 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use nix::sys::signal::Signal;
 use serde::{Deserialize, Serialize};
 
-pub use crate::config::raw::RestartPolicy;
+use crate::Signal;
+
 pub use dependency::{Condition, Dependency, OnDependencyRestart};
 pub use listen::{ListenAddress, ListenSpec, SocketKey};
 pub use log::{LOG_INSTANCE_PLACEHOLDER, LogFormat, LogSpec};
 pub use readiness::{HealthCheck, HealthSpec, Probe, ProbeKind, ProbeSpec, Readiness};
-pub use restart::{BackoffPolicy, MaxRestarts, ReloadLimits};
+pub use restart::{BackoffPolicy, MaxRestarts, ReloadLimits, RestartPolicy};
 pub use schedule::{Overlap, ScheduleSpec, When, cron_parser};
 pub use template::{Piece, Template, TemplateError};
 
@@ -69,7 +69,6 @@ pub struct AppSpec {
     pub restart: RestartPolicy,
     pub backoff: BackoffPolicy,
     pub max_restarts: Option<MaxRestarts>,
-    #[serde(with = "serde_as::signal")]
     pub stop_signal: Signal,
     pub kill_timeout: Duration,
     pub reload: ReloadLimits,
@@ -78,7 +77,6 @@ pub struct AppSpec {
     /// Memory (bytes) an instance may use before it is replaced.
     pub max_memory: Option<u64>,
     /// The signal a missed watchdog deadline sends (then `kill_timeout`).
-    #[serde(with = "serde_as::signal")]
     pub watchdog_signal: Signal,
     /// Apps whose state must meet a condition before this one starts a
     /// process (in file order; no cycles, every name an app of the file).
@@ -132,15 +130,6 @@ impl AppSpec {
             on_dependency_restart: OnDependencyRestart::Ignore,
             schedule: None,
             log: None,
-        }
-    }
-
-    /// The restart settings of this app, as a worker's decisions need them.
-    pub fn restart_rules(&self) -> crate::core::worker::RestartRules {
-        crate::core::worker::RestartRules {
-            restart: self.restart,
-            backoff: self.backoff,
-            max_restarts: self.max_restarts,
         }
     }
 }

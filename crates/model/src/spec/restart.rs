@@ -1,11 +1,24 @@
 //! How instances are started again: the delays between restarts, when to
 //! give up, and how many a rolling replacement may add or take down at once.
-//! Whether to restart at all is [`RestartPolicy`](super::RestartPolicy),
-//! shared with the raw file.
+//! Whether to restart at all is [`RestartPolicy`], which the raw file
+//! reads as it is.
 
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+/// `restart` policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum RestartPolicy {
+    /// Restart after any exit.
+    Always,
+    /// Restart after a non-zero exit or a death by signal.
+    OnFailure,
+    /// Never restart.
+    Never,
+}
 
 /// Delays between restarts: `min(initial * factor^(n-1), max)`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
