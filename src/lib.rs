@@ -64,18 +64,15 @@
 
 pub mod cli;
 pub mod client;
-pub mod config;
 
-pub mod core;
 pub mod effects;
 pub mod export;
-pub mod host;
+
 pub mod import;
 pub mod metrics;
 
 pub mod replace;
 pub mod scale;
-pub mod simulation;
 
 pub mod supervisor;
 pub mod upgrade;

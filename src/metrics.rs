@@ -42,11 +42,11 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::core::Event;
-use crate::core::event::Instance;
-use crate::core::worker::{Decision, StopEnd};
 use crate::effects::GroupUsage;
 use model::process::Exit;
+use supervise_core::Event;
+use supervise_core::event::Instance;
+use supervise_core::worker::{Decision, StopEnd};
 
 /// Every metric name starts with this.
 const PREFIX: &str = "supervise";

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use supervise::config::{Host, check_bytes, diagnostic::Severity};
+use config::{Host, check_bytes, diagnostic::Severity};
 
 /// "Well under a second" of the checking thread's own CPU time, in a debug
 /// build. CPU time, not the wall clock: a loaded machine stretches the one,
@@ -28,7 +28,7 @@ fn host() -> Host {
 }
 
 /// Check `bytes`; assert it is refused in time with an error mentioning `needle`.
-fn refused(bytes: &[u8], needle: &str) -> supervise::config::Checked {
+fn refused(bytes: &[u8], needle: &str) -> config::Checked {
     let start = thread_cpu_time();
     let checked = check_bytes(bytes, Path::new("/tmp/ecosystem.yaml"), &host());
     let took = thread_cpu_time() - start;

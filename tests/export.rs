@@ -519,7 +519,7 @@ fn hello_serves_from_fd_3_under_systemd_socket_activation() {
 /// fixed keys of their blocks (through `$ref`s, `anyOf`s and list items),
 /// and the top-level keys besides `apps` and `defaults`.
 fn schema_keys() -> Vec<String> {
-    let schema = supervise::config::json_schema();
+    let schema = config::json_schema();
     let defs = schema["$defs"].clone();
     fn walk(
         node: &serde_json::Value,

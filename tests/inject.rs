@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
-use supervise::core::INJECT_GRACE;
+use supervise_core::INJECT_GRACE;
 
 /// One HTTP/1.0 request on a new connection: the body, or the error.
 fn get(port: u16) -> std::io::Result<String> {

@@ -3,11 +3,11 @@
 //! check → raw types). A mismatch means the parser, the schema walk and the
 //! types disagree about the format.
 
+use config::diagnostic::Reporter;
+use config::raw::*;
+use config::{json_schema, node, raw_from_tree, structure};
 use indexmap::IndexMap;
 use proptest::prelude::*;
-use supervise::config::diagnostic::Reporter;
-use supervise::config::raw::*;
-use supervise::config::{json_schema, node, raw_from_tree, structure};
 
 fn text() -> impl Strategy<Value = String> {
     prop_oneof![

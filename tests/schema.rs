@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use supervise::config::{json_schema, node};
+use config::{json_schema, node};
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))

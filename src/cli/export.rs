@@ -10,8 +10,8 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 use super::{ecosystem_path, err, exit, out};
-use crate::config::{Host, diagnostic};
 use crate::export::{Exported, Refused, Source, kubernetes, systemd};
+use config::{Host, diagnostic};
 
 #[derive(Debug, Subcommand)]
 pub enum ExportTarget {

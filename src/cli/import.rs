@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use super::{err, exit, out};
-use crate::config::{self, Host, diagnostic};
 use crate::import::pm2::{self, FileKind, Files};
 use crate::import::{self, Draft, Format, ImportError, Places, load::Source};
+use config::{self, Host, diagnostic};
 
 /// How many bytes of a script pm2 looks at to call it binary.
 const BINARY_SNIFF_BYTES: u64 = 512;

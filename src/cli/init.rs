@@ -154,7 +154,7 @@ pub fn run(file: Option<&Path>, command: &[String], name: Option<&str>) -> ExitC
     let schema = path.with_file_name("ecosystem.schema.json");
     let mut wrote_schema = false;
     if !schema.exists() {
-        let json = format!("{:#}\n", crate::config::json_schema());
+        let json = format!("{:#}\n", config::json_schema());
         match std::fs::write(&schema, json) {
             Ok(()) => wrote_schema = true,
             Err(error) => err(&format!(
@@ -207,7 +207,7 @@ mod tests {
 
     #[test]
     fn the_template_passes_check_with_and_without_a_command() {
-        let host = crate::config::Host::pinned(2, 1000, "/usr/bin:/bin");
+        let host = config::Host::pinned(2, 1000, "/usr/bin:/bin");
         for (command, name) in [
             (vec![], None),
             (words("sleep 1000"), None),
@@ -220,7 +220,7 @@ mod tests {
             (words("sleep 1"), Some("1e3")),
         ] {
             let text = template(&command, name);
-            let checked = crate::config::check_text(&text, Path::new("/tmp/ecosystem.yaml"), &host);
+            let checked = config::check_text(&text, Path::new("/tmp/ecosystem.yaml"), &host);
             assert!(checked.is_valid(), "{text}\n{:?}", checked.diagnostics);
         }
     }

@@ -14,8 +14,8 @@ use std::process::{Command, ExitCode};
 use std::time::Duration;
 
 use super::{ecosystem_path, err, exit, out, written};
-use crate::config::{self, Host, diagnostic};
 use crate::import::app_name;
+use config::{self, Host, diagnostic};
 use model::spec::Desired;
 
 /// Added to the longest `kill_timeout` for `TimeoutStopSec=`: the time

@@ -22,7 +22,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::config::{self, Host, diagnostic};
+use config::{self, Host, diagnostic};
 use model::spec::{Desired, When};
 
 /// Exit codes shared by every command (DESIGN.md §2).

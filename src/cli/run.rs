@@ -5,7 +5,6 @@
 use std::process::ExitCode;
 
 use super::{CgroupMode, Cli, LogStyle, ecosystem_path, err, exit};
-use crate::config::{self, Host, diagnostic};
 use crate::effects::control::LogHub;
 use crate::effects::logfile::LogFiles;
 use crate::effects::logging;
@@ -23,6 +22,7 @@ use crate::supervisor::run::{Launch, Origin, run as run_loop};
 use crate::supervisor::upgrading::Lineage;
 use crate::supervisor::worker_base_env;
 use crate::upgrade::Handover;
+use config::{self, Host, diagnostic};
 
 /// `supervise [run] -f FILE`: supervise in the foreground until SIGINT/SIGTERM.
 pub fn run(cli: &Cli) -> ExitCode {

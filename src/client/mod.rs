@@ -25,9 +25,9 @@ use serde_json::Value;
 
 use crate::cli::output::{self, Unwritten};
 use crate::cli::{ecosystem_path, exit};
-use crate::config;
 use crate::effects::control::MAX_CONNECTIONS;
 use crate::effects::runtime;
+use config;
 use model::protocol::{Command, Request};
 
 mod status;

@@ -12,7 +12,7 @@ pub mod cgroup;
 pub mod checks;
 pub mod clock;
 pub mod control;
-pub mod fake;
+
 pub mod groups;
 pub mod inject;
 pub mod logfile;

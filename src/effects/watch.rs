@@ -32,8 +32,8 @@ use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
 use super::runtime::{self, FileIdentity};
-use crate::config::{self, diagnostic};
-use crate::host::Host;
+use config::host::Host;
+use config::{self, diagnostic};
 use model::spec::Desired;
 
 /// Quiet time that ends a burst of events.

@@ -34,10 +34,10 @@ pub mod systemd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::config::diagnostic::{self, Diagnostic, PathSeg, Reporter, Severity};
-use crate::config::node::{self, Node};
-use crate::config::raw::AccountId;
-use crate::config::{self, Host};
+use config::diagnostic::{self, Diagnostic, PathSeg, Reporter, Severity};
+use config::node::{self, Node};
+use config::raw::AccountId;
+use config::{self, Host};
 use model::spec::{AppSpec, Condition, Desired};
 
 /// A valid ecosystem file, ready to be translated.

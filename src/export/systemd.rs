@@ -64,7 +64,7 @@ use reserved::SYSTEMD_OWN_UNITS;
 use syntax::{continues_a_line, escape_line};
 
 use super::{Exported, Notes, Source};
-use crate::config::diagnostic::PathSeg;
+use config::diagnostic::PathSeg;
 use model::spec::AppSpec;
 
 /// The command line's choices.

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::Format;
-use crate::config::node::{self, MAX_FILE_BYTES};
+use config::node::{self, MAX_FILE_BYTES};
 
 /// How long `node` may take to evaluate a pm2 file. Evaluating one takes
 /// milliseconds; a file that waits on something is not a config file.
@@ -175,7 +175,7 @@ pub fn read_source(path: &Path, format: Option<Format>) -> Result<(Format, Sourc
             Err(error) => {
                 let at = error
                     .location
-                    .unwrap_or_else(crate::config::diagnostic::Location::start);
+                    .unwrap_or_else(config::diagnostic::Location::start);
                 return Err(ImportError::Syntax {
                     path: shown,
                     line: at.line,
@@ -254,7 +254,7 @@ fn evaluate_with_node(path: &Path, mode: NodeMode) -> Result<Value, ImportError>
         stderr,
     };
     // Absolute, so that a name starting with `-` is not read as an option.
-    let absolute = crate::config::absolute_path(path).map_err(|e| failed(e.to_string()))?;
+    let absolute = config::absolute_path(path).map_err(|e| failed(e.to_string()))?;
     let out =
         TempFile::create().map_err(|e| failed(format!("cannot make a temporary file: {e}")))?;
     let mark = crate::effects::tracking::random_token();

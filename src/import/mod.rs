@@ -195,7 +195,7 @@ pub fn set_env(vars: &mut Vec<EnvVar>, var: EnvVar) {
 /// the app has a `user`), and a value with a placeholder supervise cannot
 /// read (`{instance-x}`). Each is left out with a warning naming it.
 pub fn checked_env(app: &mut DraftApp, vars: Vec<EnvVar>, has_user: bool) -> Map<String, Value> {
-    use crate::config::validate::{reserved_env_name, valid_env_name};
+    use config::validate::{reserved_env_name, valid_env_name};
     let mut env = Map::new();
     for var in vars {
         let name = &var.name;

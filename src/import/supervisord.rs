@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use super::{Draft, DraftApp, EnvVar, Format, Note, Places, app_name, checked_env};
-use crate::config::validate::{parse_signal, size_in_bytes};
+use config::validate::{parse_signal, size_in_bytes};
 use model::spec::defaults::{MAX_INSTANCES, MAX_LOG_KEEP, READY_TIMEOUT};
 
 /// One `key = value` of a section.

@@ -2,8 +2,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::*;
-use crate::core::worker::Outcome;
 use model::process::{StartError, StartStage};
+use supervise_core::worker::Outcome;
 
 fn web(slot: u32) -> Instance {
     Instance {

@@ -9,8 +9,8 @@ use std::time::{Instant, SystemTime};
 use tracing::{error, warn};
 
 use super::{Load, Loaded, Supervisor};
-use crate::core::{Input, Phase};
 use crate::effects::Effects;
+use supervise_core::{Input, Phase};
 
 impl<E: Effects> Supervisor<E> {
     pub(super) fn config(&mut self, loaded: Loaded, now: Instant) {

@@ -2,9 +2,9 @@
 //! are inputs to the core, which answers with what it did or why not.
 
 use super::Supervisor;
-use crate::core::commands::{Order, Reply};
 use crate::effects::Effects;
 use model::protocol::{Command, error_reply};
+use supervise_core::commands::{Order, Reply};
 
 impl<E: Effects> Supervisor<E> {
     /// Carry out a command and return its reply line.

@@ -4,11 +4,11 @@
 use std::time::Instant;
 
 use super::{Supervisor, report};
-use crate::core::{Action, Input};
 use crate::effects::Effects;
 use model::orders::SpawnOrder;
 use model::process::{StartError, StartStage};
 use model::spec::SocketKey;
+use supervise_core::{Action, Input};
 
 impl<E: Effects> Supervisor<E> {
     /// Carry out one round of actions. Socket sweeps are done once, last.

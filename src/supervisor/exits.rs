@@ -5,8 +5,8 @@
 use std::time::Instant;
 
 use super::Supervisor;
-use crate::core::Input;
 use crate::effects::Effects;
+use supervise_core::Input;
 
 impl<E: Effects> Supervisor<E> {
     /// Reap every child that has exited, feed the exits to the core, then

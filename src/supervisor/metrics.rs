@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 
 use super::Supervisor;
-use crate::core::worker::Worker;
 use crate::effects::Effects;
 use crate::metrics::{AppSeries, InstanceSeries, Snapshot};
+use supervise_core::worker::Worker;
 
 impl<E: Effects> Supervisor<E> {
     /// Every app and slot as `/metrics` shows them (without CPU and memory,

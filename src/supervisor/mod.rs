@@ -33,12 +33,12 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::core::Core;
 use crate::effects::notify::Notification;
 use crate::effects::spawn::ExecStatus;
 pub use crate::effects::watch::{Load, Loaded};
 use crate::effects::{CheckAnswer, Effects};
 use model::spec::Desired;
+use supervise_core::Core;
 
 /// While a stopped worker's leader is gone but its group is not yet empty,
 /// the group is looked at this often.

@@ -10,10 +10,10 @@
 use std::time::Instant;
 
 use super::Supervisor;
-use crate::core::Input;
 use crate::effects::notify::Notification;
 use crate::effects::spawn::ExecStatus;
 use crate::effects::{CheckAnswer, Effects};
+use supervise_core::Input;
 
 impl<E: Effects> Supervisor<E> {
     pub(super) fn exec_status(&mut self, pid: i32, status: ExecStatus, now: Instant) {

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use tracing::{debug, error, info, warn};
 
-use crate::core::Event;
-use crate::core::event::Instance;
-use crate::core::worker::{Decision, StopEnd};
 use model::process::Exit;
 use model::spec::{Desired, SocketKey};
+use supervise_core::Event;
+use supervise_core::event::Instance;
+use supervise_core::worker::{Decision, StopEnd};
 
 /// `web.2`, as in the output prefix.
 fn label(instance: &Instance) -> String {

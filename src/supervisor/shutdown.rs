@@ -3,8 +3,8 @@
 //! nothing starts any more; a second SIGINT SIGKILLs every group at once.
 
 use super::Supervisor;
-use crate::core::{Input, Phase};
 use crate::effects::Effects;
+use supervise_core::{Input, Phase};
 
 impl<E: Effects> Supervisor<E> {
     pub(super) fn interrupt(&mut self) {

@@ -4,11 +4,11 @@
 //! thread ([`StatusReply::add_usage`]).
 
 use super::Supervisor;
-use crate::core::reconcile::Workers;
-use crate::core::schedule::Runs;
-use crate::core::worker::{Outcome, State, Worker};
 use crate::effects::Effects;
 use model::protocol::{AppStatus, Rollout, ScheduleStatus, StatusReply, WorkerStatus};
+use supervise_core::reconcile::Workers;
+use supervise_core::schedule::Runs;
+use supervise_core::worker::{Outcome, State, Worker};
 
 impl<E: Effects> Supervisor<E> {
     /// The state of every app and instance (without CPU and memory).

@@ -8,8 +8,8 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 
 use super::Supervisor;
-use crate::core::Core;
 use crate::effects::Effects;
+use supervise_core::Core;
 
 /// What [`Supervisor`] hands over, as written…
 #[derive(Serialize)]

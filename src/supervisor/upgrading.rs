@@ -17,13 +17,13 @@ use serde::{Deserialize, Serialize};
 use tracing::{error, info, warn};
 
 use super::Supervisor;
-use crate::core::worker::State;
 use crate::effects::control::{ControlRequest, LogHub};
 use crate::effects::runtime::{ClaimState, FileIdentity};
 use crate::effects::system::System;
 use crate::upgrade::probe::{self, Ended, Said};
 use crate::upgrade::{self, Handover};
 use model::protocol::error_reply;
+use supervise_core::worker::State;
 
 /// How long the output queue and the log files may take to be written out
 /// before the exec.
@@ -232,7 +232,7 @@ fn handover(
     let requested_at = model::monotonic::to_nanos(requested).map_err(|e| e.to_string())?;
     let state = Handover {
         format: upgrade::FORMAT,
-        core_format: crate::core::STATE_VERSION,
+        core_format: supervise_core::STATE_VERSION,
         from_version: upgrade::VERSION.to_string(),
         requested_at,
         supervisor: supervisor.handover(),
@@ -270,7 +270,7 @@ pub fn begin(
         refuse(client, &binary, "another upgrade is under way");
         return;
     }
-    if supervisor.core().phase() == crate::core::Phase::ShuttingDown {
+    if supervisor.core().phase() == supervise_core::Phase::ShuttingDown {
         refuse(client, &binary, "the supervisor is shutting down");
         return;
     }

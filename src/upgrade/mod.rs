@@ -39,7 +39,7 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Handover<S = crate::supervisor::upgrade::SupervisorState> {
     pub format: u32,
-    /// The format of the serialized core ([`crate::core::STATE_VERSION`]).
+    /// The format of the serialized core ([`supervise_core::STATE_VERSION`]).
     pub core_format: u32,
     /// The version of the image that wrote it.
     pub from_version: String,
@@ -73,11 +73,11 @@ impl Handover {
                 head.format
             ));
         }
-        if head.core_format != crate::core::STATE_VERSION {
+        if head.core_format != supervise_core::STATE_VERSION {
             return Err(format!(
                 "the core's state is of format {}; this binary ({VERSION}) reads format {}",
                 head.core_format,
-                crate::core::STATE_VERSION
+                supervise_core::STATE_VERSION
             ));
         }
         serde_json::from_slice(bytes).map_err(|e| format!("cannot read the state: {e}"))

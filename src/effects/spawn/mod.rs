@@ -266,7 +266,7 @@ impl Launch {
         // only when it was not there then.
         let program = match &request.process.program {
             Some(program) => program.clone(),
-            None => crate::host::find_program(
+            None => config::host::find_program(
                 program_name,
                 &request.process.cwd,
                 env.get(OsStr::new("PATH")).map(OsString::as_os_str),

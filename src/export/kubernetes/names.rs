@@ -7,8 +7,8 @@
 
 use std::collections::HashSet;
 
-use crate::config::diagnostic::PathSeg;
 use crate::export::Notes;
+use config::diagnostic::PathSeg;
 use model::spec::AppSpec;
 
 /// The Service through which pods reach the API server, in `default`.

@@ -12,8 +12,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::{AppExport, Objects, yaml};
-use crate::config::envfile;
 use crate::export::{Notes, name_list, reserved_env_name, whole_seconds};
+use config::envfile;
 use model::spec::{RestartPolicy, Template};
 
 impl AppExport<'_> {

@@ -112,12 +112,10 @@ impl AppExport<'_> {
             None => {
                 let text = spec.written.expand(0);
                 let address = match spec.kind {
-                    model::spec::ProbeKind::Tcp => {
-                        crate::config::validate::parse_host_port(&text).ok()
+                    model::spec::ProbeKind::Tcp => config::validate::parse_host_port(&text).ok(),
+                    model::spec::ProbeKind::Http => {
+                        config::validate::parse_http_url(&text).ok().map(|(a, _)| a)
                     }
-                    model::spec::ProbeKind::Http => crate::config::validate::parse_http_url(&text)
-                        .ok()
-                        .map(|(a, _)| a),
                 };
                 tcp_probe(address.map_or(0, |a| a.port()))
             }

@@ -64,7 +64,7 @@ impl AppUnits<'_> {
         let file = self.source.node_at(&path)?.as_str()?.to_string();
         let absolute = self.source.folder.join(&file);
         let text = std::fs::read_to_string(&absolute).unwrap_or_default();
-        let entries = crate::config::envfile::parse(&text).unwrap_or_default();
+        let entries = config::envfile::parse(&text).unwrap_or_default();
         let names: Vec<String> = entries.iter().map(|(k, _)| k.clone()).collect();
         let env_names = self.source.env_names(&self.app.name);
         let overridden: Vec<&String> = names.iter().filter(|n| env_names.contains(n)).collect();

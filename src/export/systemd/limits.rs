@@ -5,8 +5,8 @@
 //! than none.
 
 use super::AppUnits;
-use crate::config::diagnostic::PathSeg;
 use crate::export::Notes;
+use config::diagnostic::PathSeg;
 use model::spec::ListenAddress;
 
 /// The longest unit name systemd loads (its UNIT_NAME_MAX, 256, less the NUL).

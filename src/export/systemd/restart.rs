@@ -4,8 +4,8 @@
 
 use super::AppUnits;
 use super::syntax::timespan;
-use crate::config::diagnostic::PathSeg;
 use crate::export::{Notes, duration_text};
+use config::diagnostic::PathSeg;
 use model::spec::RestartPolicy;
 
 /// The first systemd with `RestartSteps=` and `RestartMaxDelaySec=`.

@@ -280,7 +280,7 @@ pub(super) fn memory(app: &Pm2App, draft: &mut DraftApp, used: &mut Vec<String>)
         }
         _ => None,
     };
-    let bytes = |text: &str| crate::config::validate::size_in_bytes(text);
+    let bytes = |text: &str| config::validate::size_in_bytes(text);
     match size.map(|(text, written)| (bytes(&text), written)) {
         Some((Some(0), _)) => draft.leave_out(
             "max_memory_restart",
@@ -397,7 +397,7 @@ pub(super) fn schedule(app: &Pm2App, draft: &mut DraftApp, used: &mut Vec<String
         draft.leave_out("cron_restart", line, "`cron_restart: @reboot`: the app starts when supervise does (at boot, with `supervise install`), which is what @reboot means: no schedule written");
     } else if fields == 6 {
         draft.leave_out("cron_restart", line, format!("`cron_restart: {cron}`: supervise reads 5-field cron expressions (no seconds); left out"));
-    } else if let Some(problem) = crate::config::validate::cron_problem(&cron) {
+    } else if let Some(problem) = config::validate::cron_problem(&cron) {
         draft.leave_out(
             "cron_restart",
             line,

@@ -6,7 +6,7 @@
 use serde_json::Value;
 
 use super::super::Note;
-use crate::config::node::{Node, NodeKind};
+use config::node::{Node, NodeKind};
 
 /// One app of the pm2 file: its keys (pm2's canonical names), each with the
 /// line it is written on.

@@ -1,0 +1,546 @@
+//! Deterministic simulation of the real supervisor loop (FoundationDB and
+//! TigerBeetle style): the real [`Supervisor`] over [`FakeEffects`], a clock
+//! that only moves when told, and the invariants every state must satisfy.
+//!
+//! A [`World`] is driven by [`Step`]s — time passing, crashes, exec failures,
+//! processes that ignore SIGTERM or drain slowly, readiness from probes and
+//! the notify socket, control commands, edits of the file (valid or not) and
+//! shutdown at any moment. A step names its target by an index taken modulo
+//! what exists *then*, so any subsequence of a schedule is a valid schedule:
+//! a failing one can be shrunk by dropping steps. After every step,
+//! [`World::check`] checks the invariants:
+//! - no worker is ready (or starting) without a live process behind it, and
+//!   no worker waits in `Spawning` once an event is handled;
+//! - no stop waits on a process that does not exist, and every live process
+//!   belongs to a worker (nothing escapes the books);
+//! - a rollout never has more than `N + max_surge` processes, and only a
+//!   fault, a command, an edit or shutdown may take the ready count below
+//!   `N − max_unavailable`;
+//! - the core never refuses one of its own decisions (an anomaly);
+//! - no process starts while its app's dependencies do not meet their
+//!   conditions, and each app's gate agrees with its dependencies' states;
+//! - a scheduled app never has two processes at once;
+//! - during a shutdown, no app gets a signal while an app that depends on
+//!   it still has a process.
+//!
+//! Some of these are about a moment inside a step — a spawn, a signal — that
+//! a look after the step could no longer judge (time passes within a step,
+//! and dependencies may come and go meanwhile): the world looks after every
+//! event it hands the supervisor ([`World::witness`]), and the fake records
+//! what it saw when it signalled and spawned.
+//!
+//! [`World::converges`] then lets time pass with healthy processes and checks
+//! that the running system equals the file (apps whose dependencies cannot
+//! be met wait, and scheduled apps run on their ticks), and
+//! [`World::shuts_down`] that a shutdown completes within the `kill_timeout`s
+//! of the longest chain of dependencies plus a bound. `tests/simulation.rs`
+//! generates schedules from seeds.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use crate::fake::{EXIT_AFTER_MS, FAIL_RUNS, FakeEffects, Life};
+use model::orders::WatchdogMessage;
+use model::protocol::Command;
+use model::spec::{AppSpec, Desired, Probe, ProbeKind, ProbeSpec, Readiness, Template};
+use supervise::effects::CheckAnswer;
+use supervise::effects::Effects;
+use supervise::effects::notify::Notification;
+use supervise::effects::watch::{Load, Loaded};
+use supervise::supervisor::{Event, Supervisor};
+use supervise_core::Phase;
+
+pub mod dependencies;
+pub mod fake;
+mod invariants;
+mod step;
+
+pub use step::{CommandKind, Edit, Step};
+
+/// The uid the simulated supervisor runs as.
+pub const UID: u32 = 1000;
+/// Time steps taken by one `advance` before it is called stuck (a liveness bug).
+const MAX_TICKS: usize = 100_000;
+
+/// What an invariant found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation(pub String);
+
+/// The simulated world: the real supervisor, its fake effects, the file.
+pub struct World {
+    pub supervisor: Supervisor<FakeEffects>,
+    /// The file as the supervisor should be running it now.
+    pub desired: Desired,
+    /// The file's apps as written last, valid or not (edits build on it).
+    written: Vec<AppSpec>,
+    added: usize,
+    /// Per app, the rollout being watched: (generation, instances, checked).
+    rollouts: HashMap<String, (u64, u32, bool)>,
+    /// Ready counts before the current step, per app.
+    ready_before: HashMap<String, usize>,
+    /// The last thing that may take workers away on purpose or by fault.
+    disruptive: bool,
+    pub shutdown_at: Option<Instant>,
+    /// The second SIGINT came: everything is killed at once, in no order.
+    killed_all: bool,
+    /// The event being handled is the signal that begins the shutdown.
+    shutdown_turn: bool,
+    /// The first violation seen at a moment inside a step (a spawn, a
+    /// signal, a file written), for the next [`World::check`].
+    witnessed: Option<Violation>,
+    /// The workers of each app that were not stopping before the event
+    /// being handled (see [`World::witness`]).
+    going_before: HashMap<String, Vec<model::orders::WorkerId>>,
+    /// The first pid and the first signal [`World::witness`] has not
+    /// looked at yet.
+    unseen_pid: i32,
+    unseen_signal: usize,
+    /// The steps taken, for a failure's report.
+    pub trace: Vec<Step>,
+    /// How many times the supervisor upgraded itself (state written out and
+    /// read back) in this schedule.
+    pub upgrades: u64,
+    /// Per app, the generation last seen said to serve without the socket
+    /// `inject` hands over.
+    inject_warned: HashMap<String, Option<u64>>,
+    /// What systemd was told, as far as [`World::witness`] has read it: the
+    /// count of messages read, whether the start was told, and whether a
+    /// reload is open.
+    told: Told,
+}
+
+/// What [`World::witness`] has read of the messages to systemd.
+#[derive(Debug, Default)]
+struct Told {
+    read: usize,
+    started: bool,
+    reloading: bool,
+}
+
+/// An app for the simulation: `sleep`-like, small timeouts so simulated time
+/// stays short, the readiness given.
+pub fn app(name: &str, instances: u32, ready: Readiness) -> AppSpec {
+    let mut spec = AppSpec::with_defaults(name, &["/bin/worker"], instances);
+    spec.ready = match ready {
+        Readiness::Probe(_) => probe(instances),
+        other => other,
+    };
+    spec.ready_timeout = Duration::from_secs(3);
+    spec.kill_timeout = Duration::from_secs(2);
+    spec.backoff.max = Duration::from_secs(2);
+    spec
+}
+
+/// `spec` whose program ends on its own `after` its spawn, as a one-shot or
+/// a scheduled job does: with code 1 for each instance's first
+/// `failing_runs` processes, 0 after (see [`crate::fake`]).
+pub fn ending_on_its_own(mut spec: AppSpec, after: Duration, failing_runs: u32) -> AppSpec {
+    spec.process.argv = vec![
+        Template::literal("/bin/job"),
+        Template::literal(format!("{EXIT_AFTER_MS}{}", after.as_millis())),
+        Template::literal(format!("{FAIL_RUNS}{failing_runs}")),
+    ];
+    spec
+}
+
+/// A tcp probe on `127.0.0.1:{instance+9000}`, parsed for `instances` slots.
+pub fn probe(instances: u32) -> Readiness {
+    let written =
+        Template::parse("127.0.0.1:{instance+9000}").unwrap_or_else(|_| Template::literal(""));
+    Readiness::Probe(ProbeSpec {
+        kind: ProbeKind::Tcp,
+        targets: (0..instances.max(1))
+            .map(|i| Probe::Tcp(([127, 0, 0, 1], 9000 + i as u16).into()))
+            .collect(),
+        written,
+    })
+}
+
+impl World {
+    /// A world running `apps`, started; emptied groups are polled (process
+    /// groups, the environment mode).
+    pub fn new(apps: Vec<AppSpec>) -> World {
+        World::with_effects(apps, FakeEffects::new(Instant::now()))
+    }
+
+    /// A world running `apps` whose emptied groups are announced, as
+    /// `cgroup.events` does in cgroup mode.
+    pub fn with_cgroups(apps: Vec<AppSpec>) -> World {
+        World::with_effects(
+            apps,
+            FakeEffects::new(Instant::now()).announcing_empty_groups(),
+        )
+    }
+
+    fn with_effects(apps: Vec<AppSpec>, fake: FakeEffects) -> World {
+        // As the shell sets it: an upgrade serializes instants through it.
+        model::monotonic::set_anchor(std::time::Instant::now(), 1 << 40);
+        let desired = Desired {
+            source: "/sim/ecosystem.yaml".into(),
+            apps: apps.clone(),
+            memory_check: model::spec::defaults::MEMORY_CHECK,
+            metrics: None,
+        };
+        let written = dependencies::refusal(&apps);
+        let mut supervisor = Supervisor::new(&desired, "ecosystem.yaml", UID, fake);
+        supervisor.start();
+        let mut world = World {
+            supervisor,
+            desired,
+            written: apps,
+            added: 0,
+            rollouts: HashMap::new(),
+            ready_before: HashMap::new(),
+            disruptive: false,
+            shutdown_at: None,
+            killed_all: false,
+            shutdown_turn: false,
+            witnessed: written.map(refused_file),
+            going_before: HashMap::new(),
+            unseen_pid: 0,
+            unseen_signal: 0,
+            trace: Vec::new(),
+            upgrades: 0,
+            inject_warned: HashMap::new(),
+            told: Told::default(),
+        };
+        world.witness();
+        world.deliver();
+        world
+    }
+
+    /// Hand the supervisor one event, then look at what it did.
+    pub fn handle(&mut self, event: Event) {
+        self.handle_all([event]);
+    }
+
+    /// Hand the supervisor a batch of events, then look at what it did.
+    pub fn handle_all(&mut self, events: impl IntoIterator<Item = Event>) {
+        self.going_before = self.going_workers();
+        self.supervisor.handle_all(events);
+        self.witness();
+    }
+
+    pub fn now(&self) -> Instant {
+        self.supervisor.effects().now()
+    }
+
+    /// What the fake effects did, in order.
+    pub fn history(&self) -> &[String] {
+        &self.supervisor.effects().history
+    }
+
+    pub fn fake(&mut self) -> &mut FakeEffects {
+        self.supervisor.effects_mut()
+    }
+
+    /// Hand the supervisor what the fake world has for it now: exec
+    /// statuses that are due, SIGCHLD for exited children, emptied groups
+    /// (when they are announced).
+    pub fn deliver(&mut self) {
+        for _ in 0..MAX_TICKS {
+            let reports = self.fake().due_exec_reports();
+            if !reports.is_empty() {
+                // A program the preload library reaches says so as it binds,
+                // right after its exec.
+                let binding: Vec<i32> = reports
+                    .iter()
+                    .filter(|(_, status)| {
+                        *status == supervise::effects::spawn::ExecStatus::Succeeded
+                    })
+                    .map(|(pid, _)| *pid)
+                    .filter(|pid| {
+                        self.supervisor
+                            .effects()
+                            .process(*pid)
+                            .is_some_and(|p| p.reached_by_preload())
+                    })
+                    .collect();
+                self.handle_all(
+                    reports
+                        .into_iter()
+                        .map(|(pid, status)| Event::ExecStatus { pid, status }),
+                );
+                for pid in binding {
+                    self.report_injected(pid);
+                }
+                continue;
+            }
+            let mut reaped = false;
+            if self.supervisor.effects().sigchld_pending() {
+                let before = self.zombies();
+                self.handle(Event::ChildExited);
+                // Zombies the supervisor cannot reap yet wait for their exec
+                // status, which is still to come.
+                reaped = self.zombies() != before;
+            }
+            if self.fake().take_emptied_groups() {
+                self.handle(Event::GroupsChanged);
+                continue;
+            }
+            if !reaped {
+                return;
+            }
+        }
+        panic!("deliver: the world does not calm down");
+    }
+
+    fn zombies(&self) -> usize {
+        self.supervisor
+            .effects()
+            .processes()
+            .filter(|p| matches!(p.life, Life::Zombie(_)))
+            .count()
+    }
+
+    /// Let `by` pass, stopping at every moment the supervisor or a process
+    /// has something due.
+    pub fn advance(&mut self, by: Duration) {
+        let target = self.now() + by;
+        for _ in 0..MAX_TICKS {
+            self.deliver();
+            let now = self.now();
+            if self.supervisor.finished() {
+                // The real loop has exited: time passes for the fake alone.
+                self.fake().advance_to(target);
+                return;
+            }
+            let wake = self.supervisor.next_wake();
+            if wake <= now {
+                self.handle(Event::Timer);
+                continue;
+            }
+            let next = self
+                .supervisor
+                .effects()
+                .next_due()
+                .filter(|t| *t > now)
+                .map_or(wake, |t| t.min(wake));
+            if next > target {
+                self.fake().advance_to(target);
+                self.deliver();
+                return;
+            }
+            self.fake().advance_to(next);
+            if next >= wake {
+                // The loop's sleep until `wake` ended.
+                self.deliver();
+                self.handle(Event::Timer);
+            }
+        }
+        panic!("advance: no progress after {MAX_TICKS} steps: a busy loop");
+    }
+
+    /// Every probing process's probe succeeds and every notify process says
+    /// READY=1; every running check passes, memory is measured low, and
+    /// every process with a watchdog pings it.
+    pub fn ready_everything(&mut self) {
+        let checks: Vec<(i32, u64)> = self.supervisor.effects().checks().collect();
+        for (pid, number) in checks {
+            self.answer_check(pid, number, true);
+        }
+        self.answer_memory(None);
+        let watched: Vec<i32> = self
+            .supervisor
+            .core()
+            .apps()
+            .flat_map(|a| a.workers.values())
+            .filter(|w| w.watchdog.is_some())
+            .filter_map(|w| w.state.pid())
+            .collect();
+        for pid in watched {
+            self.notify_with(pid, UID, false, Some(WatchdogMessage::Ping), None);
+        }
+        let probing: Vec<i32> = self.supervisor.effects().probing().collect();
+        let probing: Vec<i32> = probing
+            .into_iter()
+            .filter(|pid| self.runs_program(*pid))
+            .collect();
+        if !probing.is_empty() {
+            self.handle_all(probing.into_iter().map(|pid| Event::ProbeSucceeded { pid }));
+        }
+        let notifying: Vec<i32> = self
+            .supervisor
+            .effects()
+            .processes()
+            .filter(|p| p.readiness == Readiness::Notify && p.runs_program())
+            .map(|p| p.pid)
+            .collect();
+        for pid in notifying {
+            self.notify(pid, UID);
+        }
+        self.deliver();
+    }
+
+    fn runs_program(&self, pid: i32) -> bool {
+        self.supervisor
+            .effects()
+            .process(pid)
+            .is_some_and(|p| p.runs_program())
+    }
+
+    /// Process `pid` sends `READY=1` as `uid`.
+    pub fn notify(&mut self, pid: i32, uid: u32) {
+        self.notify_with(pid, uid, true, None, None);
+    }
+
+    /// Process `pid` sends a datagram as `uid`.
+    pub fn notify_with(
+        &mut self,
+        pid: i32,
+        uid: u32,
+        ready: bool,
+        watchdog: Option<WatchdogMessage>,
+        extend_timeout: Option<Duration>,
+    ) {
+        self.handle(Event::Notified(Notification {
+            sender_pid: pid,
+            sender_uid: uid,
+            sender_pgid: Some(pid),
+            ready,
+            stopping: false,
+            status: Some("serving".into()),
+            watchdog,
+            extend_timeout,
+            injected: false,
+        }));
+    }
+
+    /// The preload library in process `pid` handed it its socket.
+    fn report_injected(&mut self, pid: i32) {
+        if let Some(process) = self.fake().process_mut(pid) {
+            process.injected = true;
+        }
+        self.handle(Event::Notified(Notification {
+            sender_pid: pid,
+            sender_uid: UID,
+            sender_pgid: Some(pid),
+            ready: false,
+            stopping: false,
+            status: None,
+            watchdog: None,
+            extend_timeout: None,
+            injected: true,
+        }));
+    }
+
+    /// The running check `number` of the worker led by `pid` answers.
+    pub fn answer_check(&mut self, pid: i32, number: u64, passed: bool) {
+        self.fake().check_done(pid);
+        self.handle(Event::Checked(CheckAnswer {
+            pid,
+            check: number,
+            passed,
+            detail: if passed {
+                String::new()
+            } else {
+                "HTTP 500 (simulated)".into()
+            },
+        }));
+    }
+
+    /// The memory measurement asked for (if one is) answers: the instance
+    /// at index `over` uses one byte more than its limit, the rest nothing.
+    pub fn answer_memory(&mut self, over: Option<usize>) {
+        let Some((round, pids)) = self.fake().measuring.take() else {
+            return;
+        };
+        let over = over
+            .filter(|_| !pids.is_empty())
+            .map(|i| pids[i % pids.len()]);
+        let usage = pids
+            .iter()
+            .map(|pid| {
+                let limit = self
+                    .supervisor
+                    .core()
+                    .worker_of(*pid)
+                    .and_then(|(app, _)| app.spec.max_memory)
+                    .unwrap_or(u64::MAX - 1);
+                (*pid, if Some(*pid) == over { limit + 1 } else { 0 })
+            })
+            .collect();
+        self.handle(Event::MemoryMeasured { round, usage });
+    }
+
+    /// Apply a new version of the file (as the config loader would hand it).
+    pub fn apply(&mut self, apps: Vec<AppSpec>) {
+        if let Some(reason) = dependencies::refusal(&apps) {
+            self.witnessed.get_or_insert(refused_file(reason));
+        }
+        self.written = apps.clone();
+        let desired = Desired {
+            source: self.desired.source.clone(),
+            apps,
+            memory_check: self.desired.memory_check,
+            metrics: self.desired.metrics,
+        };
+        self.handle(Event::Config(Loaded {
+            trigger: "the file changed".into(),
+            load: Load::Valid {
+                desired: desired.clone(),
+                diagnostics: String::new(),
+            },
+            identity: None,
+            hash: None,
+        }));
+        if self.supervisor.core().phase() == Phase::Running {
+            self.desired = self.supervisor.core().desired().clone();
+        }
+    }
+
+    /// A control command; its reply.
+    pub fn command(&mut self, command: Command) -> serde_json::Value {
+        self.going_before = self.going_workers();
+        let reply = self.supervisor.control(command);
+        self.witness();
+        reply
+    }
+
+    /// The live processes (running or stopping), by pid.
+    pub fn live(&self) -> Vec<i32> {
+        self.supervisor
+            .effects()
+            .processes()
+            .filter(|p| p.is_alive())
+            .map(|p| p.pid)
+            .collect()
+    }
+
+    /// `(slot, generation, state)` of an app's workers, sorted.
+    pub fn slots(&self, app: &str) -> Vec<(u32, u64, &'static str)> {
+        let mut slots: Vec<_> = self
+            .supervisor
+            .core()
+            .app(app)
+            .map(|a| {
+                a.workers
+                    .values()
+                    .map(|w| (w.slot, w.generation, w.state.name()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        slots.sort();
+        slots
+    }
+
+    /// The pids of an app's workers, sorted.
+    pub fn pids(&self, app: &str) -> Vec<i32> {
+        let mut pids: Vec<i32> = self
+            .supervisor
+            .core()
+            .app(app)
+            .map(|a| a.workers.values().filter_map(|w| w.state.pid()).collect())
+            .unwrap_or_default();
+        pids.sort();
+        pids
+    }
+}
+
+/// The simulation wrote a file `check` refuses: a bug of the simulation,
+/// not of the core.
+fn refused_file(reason: String) -> Violation {
+    Violation(format!(
+        "the simulation wrote a file `check` refuses ({reason}): fix the simulation"
+    ))
+}
