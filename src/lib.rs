@@ -65,7 +65,7 @@
 pub mod cli;
 pub mod client;
 
-pub mod effects;
+pub mod control;
 pub mod export;
 
 pub mod import;

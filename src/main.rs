@@ -46,39 +46,39 @@ fn main() -> ExitCode {
     // effects::spawn::Spawner), its socket as fd 3.
     if std::env::args_os()
         .nth(1)
-        .is_some_and(|a| a == supervise::effects::spawn::SPAWNER_ARG)
+        .is_some_and(|a| a == effects::spawn::SPAWNER_ARG)
     {
         name_this_helper();
         use std::os::fd::FromRawFd;
         // SAFETY: the supervisor started us with our socket as fd 3, ours to own.
         let socket = unsafe { std::os::fd::OwnedFd::from_raw_fd(3) };
-        supervise::effects::spawn::serve_spawner(socket);
+        effects::spawn::serve_spawner(socket);
         return ExitCode::SUCCESS;
     }
     if std::env::args_os()
         .nth(1)
-        .is_some_and(|a| a == supervise::effects::undertaker::UNDERTAKER_ARG)
+        .is_some_and(|a| a == effects::undertaker::UNDERTAKER_ARG)
     {
         name_this_helper();
         use std::os::fd::FromRawFd;
         let args: Vec<std::ffi::OsString> = std::env::args_os().skip(2).collect();
-        let Some(orders) = supervise::effects::undertaker::Orders::from_args(&args) else {
+        let Some(orders) = effects::undertaker::Orders::from_args(&args) else {
             return ExitCode::from(2);
         };
         // SAFETY: the supervisor started us with our pipe as fd 3, ours to own.
         let pipe = unsafe { std::os::fd::OwnedFd::from_raw_fd(3) };
-        supervise::effects::undertaker::serve(pipe, &orders);
+        effects::undertaker::serve(pipe, &orders);
         return ExitCode::SUCCESS;
     }
     // A new binary asked by a running supervisor whether it can take over.
     if std::env::args_os()
         .nth(1)
-        .is_some_and(|a| a == supervise::upgrade::probe::PROBE_ARG)
+        .is_some_and(|a| a == effects::upgrade::probe::PROBE_ARG)
     {
         return supervise::upgrade::probe::answer();
     }
     // Instants written into an upgrade's state are CLOCK_MONOTONIC readings.
-    if let Err(error) = supervise::effects::clock::anchor_instants() {
+    if let Err(error) = effects::clock::anchor_instants() {
         eprintln!("supervise: {error}; an upgrade will be refused");
     }
     let args = match Cli::try_parse_from(cli::follow_flag_after_logs(std::env::args_os())) {

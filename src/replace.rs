@@ -104,7 +104,7 @@ fn rename_cannot_replace(error: &io::Error) -> bool {
 /// already under way as the mark is written can get a mix without it.) Its
 /// watcher then reads the complete version: each step is an inotify event in the
 /// folder of the name written, it reads only after
-/// [`DEBOUNCE_QUIET`](crate::effects::watch::DEBOUNCE_QUIET) without one,
+/// [`DEBOUNCE_QUIET`](effects::watch::DEBOUNCE_QUIET) without one,
 /// and an event while it reads makes it read again, so its last read follows
 /// the last step (usually all the steps fall within one debounce, and it
 /// never sees the mark). Through a name in another folder, only its stat

@@ -15,9 +15,9 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::effects::runtime::try_lock;
 use config::diagnostic::Location;
 use config::node::{self, Node, NodeKind};
+use effects::runtime::try_lock;
 use model::spec::defaults::MAX_INSTANCES;
 
 /// How long `scale` waits for another `scale` of the same file to finish

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::Value;
 use supervise::client::REPLY_TIMEOUT;
-use supervise::effects::control::MAX_CONNECTIONS;
+use supervise::control::server::MAX_CONNECTIONS;
 
 const APPS: &str = r#"# two apps
 apps:

@@ -140,7 +140,7 @@ fn cgroups_writable() -> bool {
         return false;
     };
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let Some(dir) = supervise::effects::cgroup::mounted_at(&mountinfo, ours.trim()) else {
+    let Some(dir) = effects::cgroup::mounted_at(&mountinfo, ours.trim()) else {
         return false;
     };
     let probe = dir.join(format!("escape-test-probe.{}", std::process::id()));
@@ -617,7 +617,7 @@ fn own_cgroup_dir() -> Option<std::path::PathBuf> {
     let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok()?;
     let ours = cgroup.lines().find_map(|l| l.strip_prefix("0::"))?;
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    supervise::effects::cgroup::mounted_at(&mountinfo, ours.trim())
+    effects::cgroup::mounted_at(&mountinfo, ours.trim())
 }
 
 /// `leave`: the leader moves itself into the cgroup named by argv[2]; `nest`:

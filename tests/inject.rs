@@ -1259,7 +1259,7 @@ fn binds_of_several_addresses_at_once_are_answered_as_the_kernel_answers_them_al
 
 /// MAX_HANDED in the library: how many binds of one socket it weighs at once.
 fn max_handed() -> usize {
-    include_str!("../inject/supervise_inject.c")
+    include_str!("../crates/effects/inject/supervise_inject.c")
         .lines()
         .find_map(|line| line.strip_prefix("#define MAX_HANDED "))
         .and_then(|value| value.trim().parse().ok())

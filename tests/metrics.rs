@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::Value;
-use supervise::effects::metrics::{MAX_CONNECTIONS, MAX_REQUEST_BYTES, REQUEST_TIMEOUT};
+use supervise::metrics::endpoint::{MAX_CONNECTIONS, MAX_REQUEST_BYTES, REQUEST_TIMEOUT};
 
 /// How long one HTTP exchange with the endpoint may take.
 const HTTP_TIMEOUT: Duration = Duration::from_secs(10);

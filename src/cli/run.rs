@@ -5,24 +5,24 @@
 use std::process::ExitCode;
 
 use super::{CgroupMode, Cli, LogStyle, ecosystem_path, err, exit};
-use crate::effects::control::LogHub;
-use crate::effects::logfile::LogFiles;
-use crate::effects::logging;
-use crate::effects::output::{LogFormat, LogSink};
-use crate::effects::runtime::{self, Claim, LockError};
-use crate::effects::signals;
-use crate::effects::sockets::SocketRegistry;
-use crate::effects::spawn::Spawner;
-use crate::effects::system::Setup;
-use crate::effects::systemd::SystemdNotifier;
-use crate::effects::tracking::Tracking;
-use crate::effects::undertaker::Undertaker;
-use crate::effects::watch::{FileWatcher, content_hash};
 use crate::supervisor::run::{Launch, Origin, run as run_loop};
 use crate::supervisor::upgrading::Lineage;
 use crate::supervisor::worker_base_env;
 use crate::upgrade::Handover;
 use config::{self, Host, diagnostic};
+use effects::logfile::LogFiles;
+use effects::logging;
+use effects::output::LogHub;
+use effects::output::{LogFormat, LogSink};
+use effects::runtime::{self, Claim, LockError};
+use effects::signals;
+use effects::sockets::SocketRegistry;
+use effects::spawn::Spawner;
+use effects::system::Setup;
+use effects::systemd::SystemdNotifier;
+use effects::tracking::Tracking;
+use effects::undertaker::Undertaker;
+use effects::watch::{FileWatcher, content_hash};
 
 /// `supervise [run] -f FILE`: supervise in the foreground until SIGINT/SIGTERM.
 pub fn run(cli: &Cli) -> ExitCode {
@@ -34,7 +34,7 @@ pub fn run(cli: &Cli) -> ExitCode {
     }
     // The state an upgrade handed over, if this image is the new one of an
     // upgrade: taken before anything reads the environment.
-    let incoming = crate::upgrade::exec::take_incoming(crate::upgrade::MAX_STATE_BYTES);
+    let incoming = effects::upgrade::exec::take_incoming(crate::upgrade::MAX_STATE_BYTES);
     // Whatever we inherited beyond stdio must not leak into workers (after
     // an upgrade, what the previous image kept is ours again, and closed
     // at the next exec like every fd of ours).

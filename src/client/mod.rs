@@ -25,9 +25,9 @@ use serde_json::Value;
 
 use crate::cli::output::{self, Unwritten};
 use crate::cli::{ecosystem_path, exit};
-use crate::effects::control::MAX_CONNECTIONS;
-use crate::effects::runtime;
+use crate::control::server::MAX_CONNECTIONS;
 use config;
+use effects::runtime;
 use model::protocol::{Command, Request};
 
 mod status;

@@ -257,7 +257,7 @@ fn evaluate_with_node(path: &Path, mode: NodeMode) -> Result<Value, ImportError>
     let absolute = config::absolute_path(path).map_err(|e| failed(e.to_string()))?;
     let out =
         TempFile::create().map_err(|e| failed(format!("cannot make a temporary file: {e}")))?;
-    let mark = crate::effects::tracking::random_token();
+    let mark = effects::tracking::random_token();
     let mut child = Command::new("node")
         .env(IMPORT_MARK, &mark)
         .arg("-e")
@@ -302,7 +302,7 @@ fn evaluate_with_node(path: &Path, mode: NodeMode) -> Result<Value, ImportError>
     // SAFETY: kill(2) on the process group of the child we started.
     unsafe { libc::kill(-group, libc::SIGKILL) };
     let _ = child.wait();
-    crate::effects::tracking::kill_carriers(&format!("{IMPORT_MARK}={mark}"));
+    effects::tracking::kill_carriers(&format!("{IMPORT_MARK}={mark}"));
     let stderr = receiver.recv_timeout(STDERR_AFTER_EXIT).unwrap_or_default();
     let stderr = String::from_utf8_lossy(&stderr).trim().to_string();
     match status {

@@ -2,7 +2,7 @@
 //! are inputs to the core, which answers with what it did or why not.
 
 use super::Supervisor;
-use crate::effects::Effects;
+use effects::Effects;
 use model::protocol::{Command, error_reply};
 use supervise_core::commands::{Order, Reply};
 

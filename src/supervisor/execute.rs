@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use super::{Supervisor, report};
-use crate::effects::Effects;
+use effects::Effects;
 use model::orders::SpawnOrder;
 use model::process::{StartError, StartStage};
 use model::spec::SocketKey;

@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use super::Supervisor;
-use crate::effects::Effects;
+use effects::Effects;
 use supervise_core::Input;
 
 impl<E: Effects> Supervisor<E> {

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use super::Supervisor;
-use crate::effects::Effects;
 use crate::metrics::{AppSeries, InstanceSeries, Snapshot};
+use effects::Effects;
 use supervise_core::worker::Worker;
 
 impl<E: Effects> Supervisor<E> {

@@ -12,14 +12,14 @@
 //!
 //! One concern per file: [`execute`] (actions → effects), [`exits`]
 //! (reaping and draining groups), [`readiness`] (exec status, probes, notify),
-//! [`config`] (a new version of the file, its sockets), [`control`] (commands),
+//! [`file`] (a new version of the file, its sockets), [`control`] (commands),
 //! [`status`], [`metrics`] (the `/metrics` snapshot), [`shutdown`],
 //! [`report`] (events → log), [`run`] (the real event sources).
 
-mod config;
 mod control;
 mod execute;
 mod exits;
+pub mod file;
 mod metrics;
 mod readiness;
 pub mod report;
@@ -33,10 +33,10 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::effects::notify::Notification;
-use crate::effects::spawn::ExecStatus;
-pub use crate::effects::watch::{Load, Loaded};
-use crate::effects::{CheckAnswer, Effects};
+use effects::notify::Notification;
+use effects::spawn::ExecStatus;
+use effects::{CheckAnswer, Effects};
+pub use file::{Load, Loaded};
 use model::spec::Desired;
 use supervise_core::Core;
 

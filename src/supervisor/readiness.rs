@@ -10,9 +10,9 @@
 use std::time::Instant;
 
 use super::Supervisor;
-use crate::effects::notify::Notification;
-use crate::effects::spawn::ExecStatus;
-use crate::effects::{CheckAnswer, Effects};
+use effects::notify::Notification;
+use effects::spawn::ExecStatus;
+use effects::{CheckAnswer, Effects};
 use supervise_core::Input;
 
 impl<E: Effects> Supervisor<E> {

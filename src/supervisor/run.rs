@@ -17,18 +17,19 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tracing::{error, info};
 
-use super::{Event, Supervisor};
-use crate::effects::control::{self as control_socket, CONTROL_QUEUE, LogHub};
-use crate::effects::metrics::{self as metrics_endpoint, Endpoint};
-use crate::effects::notify::NotifySocket;
-use crate::effects::runtime::{Claim, FileIdentity};
-use crate::effects::signals;
-use crate::effects::sockets::SocketRegistry;
-use crate::effects::system::{Reports, Setup, System};
-use crate::effects::watch::FileWatcher;
-use crate::effects::{procfs, usage};
+use super::{Event, Loaded, Supervisor};
+use crate::control::server::{self as control_socket, CONTROL_QUEUE};
+use crate::metrics::endpoint::{self as metrics_endpoint, Endpoint};
 use crate::supervisor::upgrading::{self, Kept, Lineage, Upgrading};
 use crate::upgrade::Handover;
+use effects::notify::NotifySocket;
+use effects::output::LogHub;
+use effects::runtime::{Claim, FileIdentity};
+use effects::signals;
+use effects::sockets::SocketRegistry;
+use effects::system::{Reports, Setup, System};
+use effects::watch::FileWatcher;
+use effects::{procfs, usage};
 use model::protocol::{Command, error_reply};
 use model::spec::Desired;
 
@@ -72,10 +73,10 @@ pub enum Origin {
 
 /// What an upgrade's previous image handed the loop itself.
 struct Carried {
-    pumps: Vec<crate::effects::output::PumpState>,
+    pumps: Vec<effects::output::PumpState>,
     notify: Option<(std::os::fd::RawFd, String)>,
     control: Option<std::os::fd::RawFd>,
-    metrics: Option<crate::effects::metrics::MetricsState>,
+    metrics: Option<crate::metrics::endpoint::MetricsState>,
     from_version: String,
     requested_at: u64,
     client: Option<std::os::fd::RawFd>,
@@ -100,7 +101,7 @@ pub async fn run(launch: Launch) -> std::io::Result<()> {
     let mut user2 = signal(SignalKind::user_defined2())?;
     // Held back across an upgrade's exec: delivered now, to the handlers
     // above (nothing is held on a fresh start).
-    crate::upgrade::exec::release_held_signals();
+    effects::upgrade::exec::release_held_signals();
     let (seen_hash, identity) = match &origin {
         Origin::Fresh {
             initial_hash,
@@ -112,7 +113,10 @@ pub async fn run(launch: Launch) -> std::io::Result<()> {
     let mut seen_hash = seen_hash;
     let mut identity = identity;
     let (loaded, mut configs) = mpsc::channel(CONFIG_QUEUE);
-    let rereader = watcher.spawn(seen_hash, identity.clone(), loaded)?;
+    let watched = watcher.path().to_path_buf();
+    let rereader = watcher.spawn(seen_hash, identity.clone(), move |news| {
+        loaded.blocking_send(Loaded::check(news, &watched)).is_ok()
+    })?;
     // A SIGHUP during the start-up (see effects::signals) asked for this.
     if signals::take_early_hangup() {
         rereader.reread();
@@ -434,10 +438,10 @@ pub async fn run(launch: Launch) -> std::io::Result<()> {
 /// Handle every event already queued (before an exec).
 fn drain(
     supervisor: &mut Supervisor<System>,
-    exec_reports: &mut mpsc::Receiver<crate::effects::system::ExecReport>,
+    exec_reports: &mut mpsc::Receiver<effects::system::ExecReport>,
     probes: &mut mpsc::Receiver<i32>,
-    notifications: &mut mpsc::Receiver<crate::effects::notify::Notification>,
-    check_answers: &mut mpsc::Receiver<crate::effects::CheckAnswer>,
+    notifications: &mut mpsc::Receiver<effects::notify::Notification>,
+    check_answers: &mut mpsc::Receiver<effects::CheckAnswer>,
     memory: &mut mpsc::Receiver<(u64, Vec<(i32, u64)>)>,
 ) {
     let mut batch = Vec::new();

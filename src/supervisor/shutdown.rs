@@ -3,7 +3,7 @@
 //! nothing starts any more; a second SIGINT SIGKILLs every group at once.
 
 use super::Supervisor;
-use crate::effects::Effects;
+use effects::Effects;
 use supervise_core::{Input, Phase};
 
 impl<E: Effects> Supervisor<E> {

@@ -4,7 +4,7 @@
 //! thread ([`StatusReply::add_usage`]).
 
 use super::Supervisor;
-use crate::effects::Effects;
+use effects::Effects;
 use model::protocol::{AppStatus, Rollout, ScheduleStatus, StatusReply, WorkerStatus};
 use supervise_core::reconcile::Workers;
 use supervise_core::schedule::Runs;

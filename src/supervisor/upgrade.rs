@@ -1,6 +1,6 @@
 //! The supervisor's part of an upgrade: the core and what the shell keeps
 //! beside it (for `status` and `/metrics`), handed over and taken back.
-//! The effects' part is [`crate::effects::system::SystemState`]; the
+//! The effects' part is [`effects::system::SystemState`]; the
 //! sequence is in [`super::run`] and [`crate::upgrade`].
 
 use std::time::SystemTime;
@@ -8,7 +8,7 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 
 use super::Supervisor;
-use crate::effects::Effects;
+use effects::Effects;
 use supervise_core::Core;
 
 /// What [`Supervisor`] hands over, as written…

@@ -17,11 +17,13 @@ use serde::{Deserialize, Serialize};
 use tracing::{error, info, warn};
 
 use super::Supervisor;
-use crate::effects::control::{ControlRequest, LogHub};
-use crate::effects::runtime::{ClaimState, FileIdentity};
-use crate::effects::system::System;
-use crate::upgrade::probe::{self, Ended, Said};
+use crate::control::server::ControlRequest;
+use crate::upgrade::probe;
 use crate::upgrade::{self, Handover};
+use effects::output::LogHub;
+use effects::runtime::{ClaimState, FileIdentity};
+use effects::system::System;
+use effects::upgrade::probe::{ProbeEnd, ProbeOutput};
 use model::protocol::error_reply;
 use supervise_core::worker::State;
 
@@ -34,7 +36,7 @@ const FLUSH_WAIT: Duration = Duration::from_secs(1);
 pub const TAKEOVER_TIMEOUT: Duration = Duration::from_secs(30);
 /// …unless this environment variable says otherwise (a duration: `2s`).
 pub const TAKEOVER_TIMEOUT_ENV: &str = "SUPERVISE_TAKEOVER_TIMEOUT";
-/// The probe's deadline ([`probe::PROBE_TIMEOUT`]) may be set the same way
+/// The probe's deadline ([`effects::upgrade::probe::PROBE_TIMEOUT`]) may be set the same way
 /// (longer on a loaded machine, say).
 pub const PROBE_TIMEOUT_ENV: &str = "SUPERVISE_PROBE_TIMEOUT";
 /// The shortest either may be set to (shorter, a sound new image would be
@@ -80,7 +82,7 @@ pub struct ShellState {
     /// not): an edit made since is applied by the new image.
     pub seen_hash: [u8; 32],
     pub identity: Option<FileIdentity>,
-    pub metrics: crate::effects::metrics::MetricsState,
+    pub metrics: crate::metrics::endpoint::MetricsState,
 }
 
 impl ShellState {
@@ -125,7 +127,7 @@ pub struct Kept<'a> {
     pub seen_hash: [u8; 32],
     pub identity: Option<FileIdentity>,
     pub logs: &'a LogHub,
-    pub metrics: crate::effects::metrics::MetricsState,
+    pub metrics: crate::metrics::endpoint::MetricsState,
 }
 
 /// What a binary file is: a file put in its place after the probe (a
@@ -162,9 +164,9 @@ pub struct Upgrading {
     deadline: Instant,
     pid: i32,
     /// How the probe ended, once reaped.
-    ended: Option<Ended>,
+    ended: Option<ProbeEnd>,
     /// What it said so far.
-    said: tokio::sync::watch::Receiver<Said>,
+    said: tokio::sync::watch::Receiver<ProbeOutput>,
     /// It will say nothing more (its outputs ended).
     silent: bool,
 }
@@ -280,7 +282,7 @@ pub fn begin(
         Ok((state, _)) => state,
         Err(why) => return refuse(client, &binary, &why),
     };
-    let timeout = timeout_from_env(PROBE_TIMEOUT_ENV, probe::PROBE_TIMEOUT);
+    let timeout = timeout_from_env(PROBE_TIMEOUT_ENV, effects::upgrade::probe::PROBE_TIMEOUT);
     match supervisor.effects_mut().start_upgrade_probe(&binary, state) {
         Ok(running) => {
             info!(
@@ -425,7 +427,7 @@ pub fn carry_out(agreed: Agreed, supervisor: &mut Supervisor<System>, kept: &Kep
         .expect_takeover(timeout_from_env(TAKEOVER_TIMEOUT_ENV, TAKEOVER_TIMEOUT));
     supervisor.effects().flush_output(FLUSH_WAIT);
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let error = upgrade::exec::exec(&binary, &args, &state, &fds);
+    let error = effects::upgrade::exec::exec(&binary, &args, &state, &fds);
     supervisor.effects_mut().took_over();
     supervisor.effects().resume_log_files();
     supervisor.upgrade_abandoned();
@@ -499,7 +501,7 @@ pub fn announce(
             "upgrades": upgrades,
             "lost": lost,
         });
-        if let Err(error) = crate::effects::control::answer_kept_client(fd, &line.to_string()) {
+        if let Err(error) = crate::control::server::answer_kept_client(fd, &line.to_string()) {
             warn!("upgrade: cannot answer the client that asked: {error}");
         }
     }

@@ -18,7 +18,6 @@
 //! `PR_SET_PDEATHSIG` and its process group; the listening sockets are the
 //! same sockets, so no connection is refused; the undertaker keeps its pipe.
 
-pub mod exec;
 pub mod probe;
 
 use std::os::fd::RawFd;
@@ -47,10 +46,10 @@ pub struct Handover<S = crate::supervisor::upgrade::SupervisorState> {
     /// `took_ms`.
     pub requested_at: u64,
     pub supervisor: S,
-    pub system: crate::effects::system::SystemState,
+    pub system: effects::system::SystemState,
     pub shell: crate::supervisor::upgrading::ShellState,
     /// The last lines of every instance (`supervise logs`).
-    pub rings: crate::effects::control::RingsState,
+    pub rings: effects::output::rings::RingsState,
 }
 
 /// Just the format, read first: a state of another format is refused with

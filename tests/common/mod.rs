@@ -334,7 +334,7 @@ impl Drop for Supervised {
 
 /// A process's state letter from /proc (`None` once it is gone).
 pub fn process_state(pid: i32) -> Option<char> {
-    supervise::effects::procfs::state(pid)
+    effects::procfs::state(pid)
 }
 
 /// Whether `arg` is one of the arguments in `pid`'s command line.

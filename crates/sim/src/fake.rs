@@ -34,11 +34,11 @@ use std::time::{Duration, Instant};
 
 use model::Signal;
 
+use effects::spawn::ExecStatus;
+use effects::{BindError, CheckAnswer, Effects, Reaped, SpawnFailure};
 use model::orders::{CheckOrder, SpawnOrder};
 use model::process::{Exit, StartError};
 use model::spec::{ListenAddress, Readiness, SocketKey};
-use supervise::effects::spawn::ExecStatus;
-use supervise::effects::{BindError, CheckAnswer, Effects, Reaped, SpawnFailure};
 
 /// How a fake process behaves.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

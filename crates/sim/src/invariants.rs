@@ -11,9 +11,9 @@ use super::dependencies::{
 };
 use super::{Violation, World};
 use crate::fake::Life;
+use effects::Effects;
 use model::orders::WorkerId;
 use model::spec::{ReloadLimits, When};
-use supervise::effects::Effects;
 use supervise::supervisor::{Event, GROUP_POLL_INTERVAL};
 use supervise_core::worker::{AfterStop, State};
 use supervise_core::{App, Core, Phase};

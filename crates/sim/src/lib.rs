@@ -40,14 +40,14 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::fake::{EXIT_AFTER_MS, FAIL_RUNS, FakeEffects, Life};
+use effects::CheckAnswer;
+use effects::Effects;
+use effects::notify::Notification;
 use model::orders::WatchdogMessage;
 use model::protocol::Command;
 use model::spec::{AppSpec, Desired, Probe, ProbeKind, ProbeSpec, Readiness, Template};
-use supervise::effects::CheckAnswer;
-use supervise::effects::Effects;
-use supervise::effects::notify::Notification;
-use supervise::effects::watch::{Load, Loaded};
 use supervise::supervisor::{Event, Supervisor};
+use supervise::supervisor::{Load, Loaded};
 use supervise_core::Phase;
 
 pub mod dependencies;
@@ -245,9 +245,7 @@ impl World {
                 // right after its exec.
                 let binding: Vec<i32> = reports
                     .iter()
-                    .filter(|(_, status)| {
-                        *status == supervise::effects::spawn::ExecStatus::Succeeded
-                    })
+                    .filter(|(_, status)| *status == effects::spawn::ExecStatus::Succeeded)
                     .map(|(pid, _)| *pid)
                     .filter(|pid| {
                         self.supervisor

@@ -12,8 +12,8 @@ use model::spec::{
     Condition, Dependency, HealthCheck, OnDependencyRestart, Overlap, Readiness, RestartPolicy,
     ScheduleSpec, Template, When,
 };
-use supervise::effects::watch::{Load, Loaded};
 use supervise::supervisor::Event;
+use supervise::supervisor::{Load, Loaded};
 
 /// One thing that happens to the world. Indices are taken modulo the
 /// candidates that exist when the step runs.

@@ -5,19 +5,17 @@
 //! interface, [`Effects`]: spawn, signal a process group, reap, the clock,
 //! bind. [`system::System`] is the real one (fork+exec, `killpg`, `waitpid`,
 //! the socket registry, output pumps, probes, the undertaker);
-//! [`fake::FakeEffects`] is a deterministic process table for the simulation,
-//! which drives the real [`crate::supervisor::Supervisor`] through it.
+//! the simulation (crates/sim) has a deterministic process table behind the
+//! same trait, and drives the real supervisor loop through it.
 
 pub mod cgroup;
 pub mod checks;
 pub mod clock;
-pub mod control;
 
 pub mod groups;
 pub mod inject;
 pub mod logfile;
 pub mod logging;
-pub mod metrics;
 pub mod notify;
 pub mod output;
 pub mod probe;
@@ -31,6 +29,7 @@ pub mod systemd;
 pub mod tracking;
 pub mod transient;
 pub mod undertaker;
+pub mod upgrade;
 pub mod usage;
 pub mod watch;
 

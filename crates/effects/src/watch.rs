@@ -1,7 +1,9 @@
-//! Watching, reading and checking the ecosystem file, however it is saved —
-//! on a thread of its own, so that nothing about the file (a slow disk, a
-//! FIFO put in its place, a slow user lookup while checking it) can stall the
-//! loop that reaps children.
+//! Watching and reading the ecosystem file, however it is saved — on a
+//! thread of its own, so that nothing about the file (a slow disk, a FIFO
+//! put in its place, a slow user lookup while checking it) can stall the
+//! loop that reaps children. What the watcher finds is [`FileNews`], handed
+//! to the caller's `deliver` on that thread: what checking the bytes means
+//! is the caller's (the supervise crate checks them there, off the loop).
 //!
 //! Editors and tools save in many ways: write in place, truncate and write,
 //! write a temp file and rename it over (vim, `sed -i`, most IDEs), `cp` over,
@@ -11,10 +13,10 @@
 //! symlink met on the way to the file, and the file's own directory
 //! (re-resolved after each change), and treat any event there as "maybe
 //! changed": debounce, read, and compare a content hash. Only a real change is
-//! checked and reported, once per burst; SIGHUP re-reads even an unchanged
+//! reported, once per burst; SIGHUP re-reads even an unchanged
 //! file (its `env_file`s may have changed). A file replaced by the same
 //! content (`mv f f.bak; cp f.bak f`) is reported too, as
-//! [`Load::Unchanged`]: what the file *is* changed, and the supervisor's
+//! [`FileNews::Replaced`]: what the file *is* changed, and the supervisor's
 //! claim in the runtime directory must follow it. A stat poll every
 //! [`POLL_INTERVAL`] is the backstop for filesystems without inotify.
 
@@ -28,13 +30,9 @@ use std::time::{Duration, Instant};
 
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use sha2::{Digest, Sha256};
-use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
 use super::runtime::{self, FileIdentity};
-use config::host::Host;
-use config::{self, diagnostic};
-use model::spec::Desired;
 
 /// Quiet time that ends a burst of events.
 pub const DEBOUNCE_QUIET: Duration = Duration::from_millis(30);
@@ -52,35 +50,31 @@ pub fn content_hash(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
 }
 
-/// A version of the file, read and checked, for the supervisor loop.
+/// What the watcher found, for the caller's `deliver`.
 #[derive(Debug)]
-pub struct Loaded {
-    /// Why it was read: "the file changed", "SIGHUP".
-    pub trigger: String,
-    pub load: Load,
-    /// What the file is now (for the supervisor's claim on the runtime
-    /// directory); for a file that is not there, only its place.
-    pub identity: Option<FileIdentity>,
-    /// The content hash of what was read (valid or not): an upgrade hands
-    /// it to the next image, whose loader starts from it.
-    pub hash: Option<[u8; 32]>,
-}
-
-/// What reading and checking found.
-#[derive(Debug)]
-pub enum Load {
-    /// Valid; `diagnostics` holds its warnings, rendered (may be empty).
-    Valid {
-        desired: Desired,
-        diagnostics: String,
+pub enum FileNews {
+    /// New content (or a reread asked for): `bytes` of the file at `source`
+    /// (its absolute path), with their content hash.
+    Read {
+        /// Why it was read: "the file changed", "SIGHUP".
+        trigger: &'static str,
+        source: PathBuf,
+        bytes: Vec<u8>,
+        hash: [u8; 32],
+        /// What the file is now (for the supervisor's claim on the runtime
+        /// directory).
+        identity: Option<FileIdentity>,
     },
-    /// Invalid: the diagnostics rendered as `check` prints them.
-    Invalid { rendered: String, summary: String },
     /// It could not be read (permission denied, a FIFO, gone).
-    Unreadable { message: String },
+    Unreadable {
+        trigger: &'static str,
+        message: String,
+        /// What the file is now; for a file that is not there, only its place.
+        identity: Option<FileIdentity>,
+    },
     /// The same content as the last version seen, in what is now another
     /// file (moved away and copied back, linked): only `identity` is news.
-    Unchanged,
+    Replaced { identity: FileIdentity },
 }
 
 /// The watching half, created (and watching) before the file's first read.
@@ -150,6 +144,11 @@ impl FileWatcher {
         file_watcher
     }
 
+    /// The file watched, as it was named.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// Watch exactly the directories of the current symlink chain. A
     /// directory that disappeared (a swapped-out release) is simply dropped:
     /// its watch went with it.
@@ -171,15 +170,16 @@ impl FileWatcher {
         self.watched = wanted;
     }
 
-    /// Run the loader thread: read and check the file whenever its content
-    /// differs from the last seen (starting from `initial`) or a reread is
-    /// asked for, and send the result to `loaded` until that closes; say
-    /// when only what the file is changed (starting from `identity`).
+    /// Run the loader thread: read the file whenever its content differs
+    /// from the last seen (starting from `initial`) or a reread is asked
+    /// for, and hand the news to `deliver` (on that thread) until it says
+    /// `false`; say when only what the file is changed (starting from
+    /// `identity`).
     pub fn spawn(
         self,
         initial: [u8; 32],
         identity: Option<FileIdentity>,
-        loaded: mpsc::Sender<Loaded>,
+        deliver: impl FnMut(FileNews) -> bool + Send + 'static,
     ) -> std::io::Result<Rereader> {
         let rereader = Rereader {
             requested: Arc::new(AtomicBool::new(false)),
@@ -188,7 +188,7 @@ impl FileWatcher {
         let requested = rereader.requested.clone();
         std::thread::Builder::new()
             .name("supervise-config".into())
-            .spawn(move || self.run(initial, identity, &requested, &loaded))?;
+            .spawn(move || self.run(initial, identity, &requested, deliver))?;
         Ok(rereader)
     }
 
@@ -197,7 +197,7 @@ impl FileWatcher {
         initial: [u8; 32],
         identity: Option<FileIdentity>,
         requested: &AtomicBool,
-        loaded: &mpsc::Sender<Loaded>,
+        mut deliver: impl FnMut(FileNews) -> bool,
     ) {
         let mut last_hash = initial;
         let mut last_identity = identity;
@@ -226,7 +226,6 @@ impl FileWatcher {
                         continue;
                     }
                     last_problem = Some(message.clone());
-                    let load = Load::Unreadable { message };
                     // Gone: only its place is left to it (its inode is
                     // another file's now, or free for reuse).
                     let identity = runtime::identify(&self.path)
@@ -235,7 +234,11 @@ impl FileWatcher {
                     if identity.is_some() {
                         last_identity.clone_from(&identity);
                     }
-                    if send(loaded, trigger, load, identity, None).is_err() {
+                    if !deliver(FileNews::Unreadable {
+                        trigger,
+                        message,
+                        identity,
+                    }) {
                         return;
                     }
                     continue;
@@ -244,34 +247,27 @@ impl FileWatcher {
             let hash = content_hash(&bytes);
             let identity = runtime::identify(&self.path).ok();
             if hash == last_hash && !reread && last_problem.is_none() {
-                if identity.is_some() && identity != last_identity {
-                    last_identity.clone_from(&identity);
-                    let trigger = "the file was replaced";
-                    if send(loaded, trigger, Load::Unchanged, identity, None).is_err() {
+                if let Some(replaced) = identity.filter(|now| Some(now) != last_identity.as_ref()) {
+                    last_identity = Some(replaced.clone());
+                    if !deliver(FileNews::Replaced { identity: replaced }) {
                         return;
                     }
                 }
                 continue;
             }
             last_hash = hash;
-            let shown = self.path.display().to_string();
-            let checked = config::check_bytes(&bytes, &source, &Host::detect());
-            let rendered = diagnostic::render(&shown, &checked.text, &checked.diagnostics);
-            let load = match checked.desired {
-                Some(desired) => Load::Valid {
-                    desired,
-                    diagnostics: rendered,
-                },
-                None => Load::Invalid {
-                    summary: diagnostic::summary_line(&checked.diagnostics),
-                    rendered,
-                },
-            };
             last_problem = None;
             if identity.is_some() {
                 last_identity.clone_from(&identity);
             }
-            if send(loaded, trigger, load, identity, Some(hash)).is_err() {
+            let news = FileNews::Read {
+                trigger,
+                source,
+                bytes,
+                hash,
+                identity,
+            };
+            if !deliver(news) {
                 return;
             }
         }
@@ -291,23 +287,6 @@ impl FileWatcher {
             }
         }
     }
-}
-
-fn send(
-    loaded: &mpsc::Sender<Loaded>,
-    trigger: &str,
-    load: Load,
-    identity: Option<FileIdentity>,
-    hash: Option<[u8; 32]>,
-) -> Result<(), ()> {
-    loaded
-        .blocking_send(Loaded {
-            trigger: trigger.to_string(),
-            load,
-            identity,
-            hash,
-        })
-        .map_err(|_| ())
 }
 
 /// The directories to watch for `path`: the one holding each symlink met on

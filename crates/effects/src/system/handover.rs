@@ -11,13 +11,13 @@ use std::path::Path;
 use tracing::{error, warn};
 
 use super::{Exec, Probing, Reports, Setup, System, Tracked};
-use crate::effects::Reaped;
-use crate::effects::groups::Groups;
-use crate::effects::output::{self, Source};
-use crate::effects::sockets::SocketRegistry;
-use crate::effects::spawn::{self, ExecStatus, Launch};
-use crate::effects::transient::Transient;
-use crate::upgrade::probe::{self, Ended};
+use crate::Reaped;
+use crate::groups::Groups;
+use crate::output::{self, Source};
+use crate::sockets::SocketRegistry;
+use crate::spawn::{self, ExecStatus, Launch};
+use crate::transient::Transient;
+use crate::upgrade::probe::{self, ProbeEnd};
 use model::process::{Exit, StartError};
 use model::spec::Readiness;
 
@@ -37,9 +37,9 @@ pub enum ExecState {
 /// starts afresh in the new image).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct SystemState {
-    pub sockets: Vec<crate::effects::sockets::SocketState>,
-    pub undertaker: crate::effects::undertaker::UndertakerState,
-    pub groups: crate::effects::groups::GroupsState,
+    pub sockets: Vec<crate::sockets::SocketState>,
+    pub undertaker: crate::undertaker::UndertakerState,
+    pub groups: crate::groups::GroupsState,
     /// Every live child we started: its exec status.
     pub processes: Vec<(i32, ExecState)>,
     /// Reaped before their exec status was read.
@@ -217,7 +217,7 @@ impl System {
         &mut self,
         binary: &Path,
         state: Vec<u8>,
-    ) -> Result<probe::Running, String> {
+    ) -> Result<probe::RunningProbe, String> {
         let placement = self
             .groups
             .place_as(PROBE_NAME)
@@ -243,7 +243,7 @@ impl System {
             placement,
             &mut self.setup.undertaker,
         )));
-        Ok(probe::hear(
+        Ok(probe::converse(
             piped.pid,
             piped.stdin,
             piped.stdout,
@@ -259,8 +259,8 @@ impl System {
         let running = matches!(&self.probe, Some(Probing::Running(p)) if p.pid == pid);
         if running && let Some(Probing::Running(process)) = self.probe.take() {
             let ended = match process.ended(&mut self.groups, &mut self.setup.undertaker) {
-                ExecStatus::Failed(error) => Ended::CouldNotRun(error),
-                ExecStatus::Succeeded | ExecStatus::Pending => Ended::Exited(exit),
+                ExecStatus::Failed(error) => ProbeEnd::CouldNotRun(error),
+                ExecStatus::Succeeded | ExecStatus::Pending => ProbeEnd::Exited(exit),
             };
             self.probe = Some(Probing::Ended(ended));
             return true;
@@ -277,7 +277,7 @@ impl System {
     }
 
     /// How the probe ended, once reaped; forgotten once taken.
-    pub fn probe_ended(&mut self) -> Option<Ended> {
+    pub fn probe_ended(&mut self) -> Option<ProbeEnd> {
         match self.probe.take() {
             Some(Probing::Ended(ended)) => Some(ended),
             other => {

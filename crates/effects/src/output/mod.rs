@@ -6,6 +6,8 @@
 //! nothing blocks or panics. A worker's pipes are always read, so a worker whose
 //! output nobody reads never blocks, and a flood costs at most the queue.
 
+pub mod rings;
+
 use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
@@ -13,8 +15,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
 use std::time::{Duration, SystemTime};
 
-use super::control::LogHub;
 use super::logfile::LogFiles;
+pub use rings::LogHub;
 
 /// Lines waiting for the terminal; beyond this they are dropped (and counted).
 pub const LOG_QUEUE_LINES: usize = 8192;

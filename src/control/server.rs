@@ -16,11 +16,10 @@
 //! instances print nothing. A write would notice too, but a quiet instance
 //! never causes one.
 
-use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
@@ -29,6 +28,8 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{broadcast, mpsc};
 use tracing::{debug, warn};
 
+use effects::output::LogHub;
+use effects::output::rings::Line;
 use model::protocol::{self, Command, MAX_REQUEST_BYTES, Request};
 
 /// How long a client may take to send its request.
@@ -39,12 +40,6 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 pub const CONTROL_QUEUE: usize = 64;
 /// Replies waiting for one client.
 pub const REPLY_QUEUE: usize = 64;
-/// Lines kept per instance for `supervise logs`.
-pub const RING_LINES: usize = 1000;
-/// Bytes kept per instance, whatever the line count.
-pub const RING_BYTES: usize = 256 * 1024;
-/// Lines a `logs -f` client may fall behind before it misses some.
-pub const FOLLOW_QUEUE: usize = 4096;
 /// Clients served at once; more wait in the listen backlog.
 pub const MAX_CONNECTIONS: usize = 64;
 /// The first pause after a failed accept (EMFILE), doubled each time…
@@ -66,171 +61,12 @@ pub struct ControlRequest {
     pub connection: std::os::fd::RawFd,
 }
 
-/// The last lines of every instance, as an upgrade hands them over.
-pub type RingsState = Vec<RingState>;
-
-/// One instance's last lines.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct RingState {
-    pub app: String,
-    pub slot: u32,
-    pub lines: Vec<(SystemTime, String)>,
-}
-
-/// The last lines of every instance, and a feed of new ones.
-pub struct LogHub {
-    rings: Mutex<HashMap<(Arc<str>, u32), Ring>>,
-    feed: broadcast::Sender<Line>,
-}
-
-/// A line an instance printed, and when it was read.
-#[derive(Debug, Clone)]
-struct Line {
-    app: Arc<str>,
-    slot: u32,
-    at: SystemTime,
-    text: String,
-}
-
-impl Line {
-    /// The reply line a client gets for it.
-    fn reply(&self) -> Value {
-        serde_json::json!({
-            "ok": true,
-            "app": &*self.app,
-            "slot": self.slot,
-            "time": humantime::format_rfc3339_millis(self.at).to_string(),
-            "line": self.text,
-        })
-    }
-}
-
-#[derive(Default)]
-struct Ring {
-    lines: VecDeque<(SystemTime, String)>,
-    bytes: usize,
-}
-
-impl LogHub {
-    pub fn new() -> Arc<LogHub> {
-        Arc::new(LogHub {
-            rings: Mutex::new(HashMap::new()),
-            feed: broadcast::channel(FOLLOW_QUEUE).0,
-        })
-    }
-
-    /// Keep a line an instance printed at `at` (bounded), and pass it to
-    /// followers.
-    pub fn push(&self, app: &Arc<str>, slot: u32, line: &[u8], at: SystemTime) {
-        let text = String::from_utf8_lossy(line).into_owned();
-        if let Ok(mut rings) = self.rings.lock() {
-            let ring = rings.entry((app.clone(), slot)).or_default();
-            ring.bytes += text.len();
-            ring.lines.push_back((at, text.clone()));
-            while ring.lines.len() > RING_LINES || ring.bytes > RING_BYTES {
-                match ring.lines.pop_front() {
-                    Some((_, old)) => ring.bytes -= old.len(),
-                    None => break,
-                }
-            }
-        }
-        let _ = self.feed.send(Line {
-            app: app.clone(),
-            slot,
-            at,
-            text,
-        });
-    }
-
-    /// Drop the rings of one slot of `app`, or of all its slots.
-    pub fn forget(&self, app: &str, slot: Option<u32>) {
-        if let Ok(mut rings) = self.rings.lock() {
-            rings.retain(|(a, s), _| &**a != app || slot.is_some_and(|slot| *s != slot));
-        }
-    }
-
-    /// Every ring, for an upgrade.
-    pub fn export(&self) -> RingsState {
-        let Ok(rings) = self.rings.lock() else {
-            return Vec::new();
-        };
-        rings
-            .iter()
-            .map(|((app, slot), ring)| RingState {
-                app: app.to_string(),
-                slot: *slot,
-                lines: ring.lines.iter().cloned().collect(),
-            })
-            .collect()
-    }
-
-    /// The hub with the rings the previous image kept.
-    pub fn restore(state: RingsState) -> Arc<LogHub> {
-        let hub = LogHub::new();
-        if let Ok(mut rings) = hub.rings.lock() {
-            for ring in state {
-                let bytes = ring.lines.iter().map(|(_, text)| text.len()).sum();
-                rings.insert(
-                    (ring.app.as_str().into(), ring.slot),
-                    Ring {
-                        lines: ring.lines.into(),
-                        bytes,
-                    },
-                );
-            }
-        }
-        hub
-    }
-
-    /// How many rings are kept (for tests).
-    pub fn rings(&self) -> usize {
-        self.rings.lock().map_or(0, |rings| rings.len())
-    }
-
-    /// Up to `count` last lines of each matching instance printed at
-    /// `since` or later, oldest first (instance by instance).
-    fn tail(
-        &self,
-        app: Option<&str>,
-        slot: Option<u32>,
-        count: usize,
-        since: Option<SystemTime>,
-    ) -> Vec<Line> {
-        let Ok(rings) = self.rings.lock() else {
-            return Vec::new();
-        };
-        let mut keys: Vec<&(Arc<str>, u32)> = rings
-            .keys()
-            .filter(|(a, s)| {
-                app.is_none_or(|app| &**a == app) && slot.is_none_or(|slot| *s == slot)
-            })
-            .collect();
-        keys.sort();
-        let mut lines = Vec::new();
-        for key in keys {
-            let ring = &rings[key];
-            // Lines are in the order they were read, so their times grow
-            // (unless the wall clock was set back: then the cut is only
-            // near): the first one at `since` or later is found by halving.
-            let first = since.map_or(0, |since| ring.lines.partition_point(|(at, _)| *at < since));
-            let skip = (ring.lines.len() - first).saturating_sub(count);
-            lines.extend(ring.lines.iter().skip(first + skip).map(|(at, text)| Line {
-                app: key.0.clone(),
-                slot: key.1,
-                at: *at,
-                text: text.clone(),
-            }));
-        }
-        lines
-    }
-}
-
 /// Bind the control socket at `path` (replacing a stale one: the caller holds
 /// the lock, so no live supervisor owns it) with mode 0600.
 /// The control listener the previous image kept open (clients that
 /// connected meanwhile wait in its backlog).
 pub fn adopt(fd: std::os::fd::RawFd) -> io::Result<UnixListener> {
-    let fd = crate::upgrade::exec::adopt_fd(fd, "the control socket")?;
+    let fd = effects::upgrade::exec::adopt_fd(fd, "the control socket")?;
     let listener = std::os::unix::net::UnixListener::from(fd);
     listener.set_nonblocking(true)?;
     UnixListener::from_std(listener)
@@ -240,7 +76,7 @@ pub fn adopt(fd: std::os::fd::RawFd) -> io::Result<UnixListener> {
 /// one line on its connection (kept open across the exec), then close it.
 pub fn answer_kept_client(fd: std::os::fd::RawFd, line: &str) -> io::Result<()> {
     use std::io::Write;
-    let fd = crate::upgrade::exec::adopt_fd(fd, "the upgrading client's connection")?;
+    let fd = effects::upgrade::exec::adopt_fd(fd, "the upgrading client's connection")?;
     let mut stream = std::os::unix::net::UnixStream::from(fd);
     stream.set_nonblocking(false)?;
     stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
@@ -327,6 +163,17 @@ fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
         return Err(io::Error::last_os_error());
     }
     Ok(credentials.uid)
+}
+
+/// The reply line a client gets for a line an instance printed.
+fn line_reply(line: &Line) -> Value {
+    serde_json::json!({
+        "ok": true,
+        "app": &*line.app,
+        "slot": line.slot,
+        "time": humantime::format_rfc3339_millis(line.at).to_string(),
+        "line": line.text,
+    })
 }
 
 async fn send(stream: &mut tokio::net::unix::OwnedWriteHalf, value: &Value) -> io::Result<()> {
@@ -448,9 +295,9 @@ async fn serve_logs(
         None => (None, None),
     };
     // Subscribe first, so no line falls between the tail and the follow.
-    let mut feed = logs.feed.subscribe();
+    let mut feed = logs.follow();
     for line in logs.tail(app.as_deref(), slot, count, since) {
-        send(write, &line.reply()).await?;
+        send(write, &line_reply(&line)).await?;
     }
     if !follow {
         return send(write, &serde_json::json!({"ok": true, "end": true})).await;
@@ -475,7 +322,7 @@ async fn serve_logs(
                 {
                     continue;
                 }
-                send(write, &line.reply()).await?;
+                send(write, &line_reply(&line)).await?;
             }
             Err(broadcast::error::RecvError::Lagged(missed)) => {
                 send(write, &serde_json::json!({"ok": true, "missed": missed})).await?;
@@ -504,77 +351,20 @@ async fn client_gone(read: &mut tokio::net::unix::OwnedReadHalf) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+    use std::time::{Duration, SystemTime};
+
     use super::*;
 
     #[test]
-    fn rings_are_bounded_and_tail_in_order() {
+    fn a_line_is_replied_with_its_instance_and_time() {
         let hub = LogHub::new();
-        let web: Arc<str> = "web".into();
-        for i in 0..RING_LINES + 10 {
-            hub.push(
-                &web,
-                0,
-                format!("line {i}").as_bytes(),
-                SystemTime::UNIX_EPOCH,
-            );
-        }
-        hub.push(&web, 1, b"other slot", SystemTime::UNIX_EPOCH);
-        let tail = hub.tail(Some("web"), Some(0), 3, None);
-        let texts: Vec<&str> = tail.iter().map(|l| l.text.as_str()).collect();
-        assert_eq!(
-            texts,
-            [
-                format!("line {}", RING_LINES + 7),
-                format!("line {}", RING_LINES + 8),
-                format!("line {}", RING_LINES + 9)
-            ]
-        );
-        assert_eq!(
-            hub.tail(Some("web"), None, 10_000, None).len(),
-            RING_LINES + 1
-        );
-        let big = vec![b'x'; RING_BYTES / 2 + 1];
-        hub.push(&web, 2, &big, SystemTime::UNIX_EPOCH);
-        hub.push(&web, 2, &big, SystemTime::UNIX_EPOCH);
-        assert_eq!(
-            hub.tail(Some("web"), Some(2), 10, None).len(),
-            1,
-            "bounded in bytes too"
-        );
-        hub.forget("web", Some(2));
-        assert_eq!(hub.rings(), 2);
-        hub.push(&"api".into(), 0, b"x", SystemTime::UNIX_EPOCH);
-        hub.forget("web", None);
-        assert_eq!(hub.rings(), 1, "only api's ring is left");
-    }
-
-    #[test]
-    fn since_keeps_the_lines_printed_from_then_on() {
-        let hub = LogHub::new();
-        let web: Arc<str> = "web".into();
-        let at = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
-        for s in 0..10 {
-            hub.push(&web, 0, format!("at {s}").as_bytes(), at(s));
-        }
-        hub.push(&web, 1, b"early", at(1));
-        let since: Vec<String> = hub
-            .tail(Some("web"), None, 100, Some(at(7)))
-            .into_iter()
-            .map(|l| l.text)
-            .collect();
-        assert_eq!(since, ["at 7", "at 8", "at 9"]);
-        let last_two: Vec<String> = hub
-            .tail(Some("web"), Some(0), 2, Some(at(3)))
-            .into_iter()
-            .map(|l| l.text)
-            .collect();
-        assert_eq!(
-            last_two,
-            ["at 8", "at 9"],
-            "-n still bounds what is after --since"
-        );
-        assert!(hub.tail(None, None, 100, Some(at(11))).is_empty());
-        let reply = hub.tail(Some("web"), Some(1), 1, None)[0].reply();
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1);
+        hub.push(&Arc::from("web"), 1, b"hello", at);
+        let reply = line_reply(&hub.tail(Some("web"), Some(1), 1, None)[0]);
         assert_eq!(reply["time"], "1970-01-01T00:00:01.000Z");
+        assert_eq!(reply["app"], "web");
+        assert_eq!(reply["slot"], 1);
+        assert_eq!(reply["line"], "hello");
     }
 }

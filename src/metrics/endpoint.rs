@@ -131,7 +131,7 @@ impl Endpoint {
         let mut endpoint = Endpoint::new(requests);
         endpoint.ledger = Arc::new(std::sync::Mutex::new(state.ledger));
         if let Some((wanted, fd)) = state.listener {
-            let fd = crate::upgrade::exec::adopt_fd(fd, "the /metrics listener")?;
+            let fd = effects::upgrade::exec::adopt_fd(fd, "the /metrics listener")?;
             let listener = std::net::TcpListener::from(fd);
             listener.set_nonblocking(true)?;
             let listener = TcpListener::from_std(listener)?;

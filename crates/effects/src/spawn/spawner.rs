@@ -130,12 +130,12 @@ impl Helper {
             libc::kill(self.pid, libc::SIGKILL);
         }
         let deadline = std::time::Instant::now() + DEATH_WAIT;
-        while !matches!(crate::effects::procfs::state(self.pid), None | Some('Z'))
+        while !matches!(crate::procfs::state(self.pid), None | Some('Z'))
             && std::time::Instant::now() < deadline
         {
             std::thread::sleep(Duration::from_millis(1));
         }
-        for pid in crate::effects::tracking::adopted(&std::collections::HashSet::new()) {
+        for pid in crate::tracking::adopted(&std::collections::HashSet::new()) {
             let is_spawner_copy = std::fs::read(format!("/proc/{pid}/cmdline"))
                 .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == SPAWNER_ARG.as_bytes()));
             if is_spawner_copy && pid != self.pid {
@@ -343,7 +343,7 @@ fn from_memfd(memfd: OwnedFd) -> Option<Vec<u8>> {
 
 /// The whole environment of our helper processes. Not empty: a child of ours
 /// whose environment reads empty may be within an `execve`, and is waited
-/// for (see [`crate::effects::procfs::Environ::Unread`]).
+/// for (see [`crate::procfs::Environ::Unread`]).
 pub const HELPER_ENV: &[u8] = b"SUPERVISE_HELPER=1";
 
 /// Start one of our helper processes (the spawner, the undertaker): a fork

@@ -42,7 +42,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::effects::GroupUsage;
+use effects::GroupUsage;
 use model::process::Exit;
 use supervise_core::Event;
 use supervise_core::event::Instance;
@@ -356,11 +356,11 @@ impl CpuLedger {
 /// Measure `snapshot`: every instance's CPU time and memory (cgroups and a
 /// pass over /proc: call it off the loop thread) and the supervisor's own.
 pub fn measure(snapshot: Snapshot, ledger: &mut CpuLedger) -> Measured {
-    let usage = crate::effects::usage::all(&snapshot.cgroups);
-    let ticks = crate::effects::procfs::ticks_per_second();
+    let usage = effects::usage::all(&snapshot.cgroups);
+    let ticks = effects::procfs::ticks_per_second();
     Measured {
         usage: ledger.account(&snapshot.instances, &usage, ticks),
-        supervisor_rss_bytes: crate::effects::procfs::rss_bytes(std::process::id() as i32),
+        supervisor_rss_bytes: effects::procfs::rss_bytes(std::process::id() as i32),
         snapshot,
     }
 }
@@ -721,6 +721,8 @@ impl Collector for Measured {
         Ok(())
     }
 }
+
+pub mod endpoint;
 
 #[cfg(test)]
 mod tests;

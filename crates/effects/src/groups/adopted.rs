@@ -63,7 +63,7 @@ impl Groups {
         let mut found = Vec::new();
         let pids: Vec<i32> = self.changing.keys().copied().collect();
         for pid in pids {
-            match crate::effects::tracking::run_token(pid, &mut self.buffer) {
+            match crate::tracking::run_token(pid, &mut self.buffer) {
                 Carried::Changing => continue,
                 Carried::Token(token) if self.discarded.contains(&token) => found.push(pid),
                 Carried::Token(_) | Carried::Nothing => {}
@@ -111,8 +111,8 @@ impl Groups {
             let mut adopted: HashMap<String, Vec<i32>> = HashMap::new();
             let mut changing = HashMap::new();
             let now = Instant::now();
-            for pid in crate::effects::tracking::adopted(&leaders) {
-                match crate::effects::tracking::run_token(pid, &mut self.buffer) {
+            for pid in crate::tracking::adopted(&leaders) {
+                match crate::tracking::run_token(pid, &mut self.buffer) {
                     Carried::Token(token) => adopted.entry(token).or_default().push(pid),
                     Carried::Changing => {
                         let since = self.changing.get(&pid).copied().unwrap_or(now);

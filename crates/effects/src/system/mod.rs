@@ -31,9 +31,9 @@ mod handover;
 pub use handover::{ExecState, SystemState};
 
 use super::checks::{Checks, Launcher};
-use super::control::LogHub;
 use super::groups::Groups;
 use super::logfile::LogFiles;
+use super::output::LogHub;
 use super::output::{self, LogFormat, LogSink, Source, Stream};
 use super::probe;
 use super::sockets::{BindError, SocketRegistry};
@@ -103,7 +103,7 @@ enum Exec {
 enum Probing {
     Running(Transient),
     /// Reaped; what it left was killed.
-    Ended(crate::upgrade::probe::Ended),
+    Ended(crate::upgrade::probe::ProbeEnd),
 }
 
 /// What is kept for a live child besides what the core knows.
