@@ -60,15 +60,13 @@
 //! **The proof.** Because the loop is generic over its effects,
 //! [`simulation`] runs the real supervisor over a fake process table on a
 //! simulated clock, through seeded schedules of faults, commands, edits and
-//! shutdowns, checking invariants after every step (`tests/simulation.rs`).
+//! shutdowns, checking invariants after every step (crates/sim).
 
 pub mod cli;
 pub mod client;
 
 pub mod control;
-pub mod export;
 
-pub mod import;
 pub mod metrics;
 
 pub mod replace;

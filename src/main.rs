@@ -70,16 +70,18 @@ fn main() -> ExitCode {
         effects::undertaker::serve(pipe, &orders);
         return ExitCode::SUCCESS;
     }
+    // Instants in an upgrade's state are CLOCK_MONOTONIC readings: the
+    // image that writes it and the one that reads it (the probe too)
+    // translate them through this anchor.
+    if let Err(error) = effects::clock::anchor_instants() {
+        eprintln!("supervise: {error}; an upgrade will be refused");
+    }
     // A new binary asked by a running supervisor whether it can take over.
     if std::env::args_os()
         .nth(1)
         .is_some_and(|a| a == effects::upgrade::probe::PROBE_ARG)
     {
         return supervise::upgrade::probe::answer();
-    }
-    // Instants written into an upgrade's state are CLOCK_MONOTONIC readings.
-    if let Err(error) = effects::clock::anchor_instants() {
-        eprintln!("supervise: {error}; an upgrade will be refused");
     }
     let args = match Cli::try_parse_from(cli::follow_flag_after_logs(std::env::args_os())) {
         Ok(args) => args,
@@ -134,7 +136,7 @@ fn main() -> ExitCode {
         }) => cli::import::run(&cli::import::ImportArgs {
             file: source,
             output: output.as_deref(),
-            from: *from,
+            from: from.map(Into::into),
             env: env.as_deref(),
             force: *force,
         }),

@@ -1,5 +1,5 @@
 //! `supervise export kubernetes|systemd`: the shell around
-//! [`crate::export`]. It reads the file (as `check` does), asks for the
+//! [`export`]. It reads the file (as `check` does), asks for the
 //! translation, and prints it: the output on stdout (or into `--dir`),
 //! diagnostics and notes on stderr, so `supervise export kubernetes |
 //! kubectl apply -f -` works and still shows what was lost.
@@ -10,8 +10,8 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 use super::{ecosystem_path, err, exit, out};
-use crate::export::{Exported, Refused, Source, kubernetes, systemd};
 use config::{Host, diagnostic};
+use export::{Exported, Refused, Source, kubernetes, systemd};
 
 #[derive(Debug, Subcommand)]
 pub enum ExportTarget {

@@ -1,4 +1,4 @@
-//! `supervise import FILE`: the shell around [`crate::import`]. It reads the
+//! `supervise import FILE`: the shell around [`import`]. It reads the
 //! file, translates it, writes the result (to `-o FILE`, never over an
 //! existing one without `--force`, which replaces a regular file at once
 //! and nothing else; or to stdout), says on stderr what did not carry over
@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use super::{err, exit, out};
-use crate::import::pm2::{self, FileKind, Files};
-use crate::import::{self, Draft, Format, ImportError, Places, load::Source};
 use config::{self, Host, diagnostic};
+use import::pm2::{self, FileKind, Files};
+use import::{self, Draft, Format, ImportError, Places, load::Source};
 
 /// How many bytes of a script pm2 looks at to call it binary.
 const BINARY_SNIFF_BYTES: u64 = 512;

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use super::{err, exit};
-use crate::import::{app_name, emit};
+use import::{app_name, emit};
 
 /// The program that stands in when no command is given: it stays up, so
 /// `supervise` runs the file as written.

@@ -14,8 +14,8 @@ use std::process::{Command, ExitCode};
 use std::time::Duration;
 
 use super::{ecosystem_path, err, exit, out, written};
-use crate::import::app_name;
 use config::{self, Host, diagnostic};
+use import::app_name;
 use model::spec::Desired;
 
 /// Added to the longest `kill_timeout` for `TimeoutStopSec=`: the time
@@ -230,7 +230,7 @@ pub fn install(args: &InstallArgs) -> ExitCode {
     let file = match ecosystem_path(args.file)
         .and_then(|f| config::absolute_path(&f).map_err(|e| e.to_string()))
     {
-        Ok(file) => crate::import::normalize(&file),
+        Ok(file) => import::normalize(&file),
         Err(message) => return fail(message),
     };
     // A unit file is lines: a path with a line break cannot be written in one.
@@ -335,7 +335,7 @@ pub fn uninstall(args: &InstallArgs) -> ExitCode {
     let file = match ecosystem_path(args.file)
         .and_then(|f| config::absolute_path(&f).map_err(|e| e.to_string()))
     {
-        Ok(file) => crate::import::normalize(&file),
+        Ok(file) => import::normalize(&file),
         Err(message) => return fail(message),
     };
     let target = match target(args, &file) {

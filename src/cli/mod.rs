@@ -211,7 +211,7 @@ pub enum Command {
         output: Option<PathBuf>,
         /// The format, when the file's name does not say it.
         #[arg(long, value_enum, value_name = "FORMAT")]
-        from: Option<crate::import::Format>,
+        from: Option<ImportFormat>,
         /// pm2: the environment to use, `env_NAME` over `env` (as `pm2 start --env NAME`).
         #[arg(long, value_name = "NAME")]
         env: Option<String>,
@@ -265,6 +265,27 @@ pub enum Command {
     Completions { shell: clap_complete::Shell },
     /// Print the man page (roff).
     Man,
+}
+
+/// The formats `import` reads (`--from`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ImportFormat {
+    /// pm2's ecosystem file: `.js`/`.cjs` (evaluated with node), `.json`, `.yaml`.
+    Pm2,
+    /// supervisord's INI file (`[program:x]` sections).
+    Supervisord,
+    /// A Procfile (foreman, overmind, Heroku): `name: command` lines.
+    Procfile,
+}
+
+impl From<ImportFormat> for ::import::Format {
+    fn from(format: ImportFormat) -> ::import::Format {
+        match format {
+            ImportFormat::Pm2 => ::import::Format::Pm2,
+            ImportFormat::Supervisord => ::import::Format::Supervisord,
+            ImportFormat::Procfile => ::import::Format::Procfile,
+        }
+    }
 }
 
 /// `--since`: a duration back from now, or an RFC 3339 time.

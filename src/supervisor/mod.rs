@@ -8,7 +8,7 @@
 //! before the core has settled: every spawn it ordered has been tried and its
 //! result fed back. It is generic over the
 //! effects, so the same code runs on the real system ([`run`]) and in the
-//! deterministic simulation (`tests/simulation.rs`) over a fake process table.
+//! deterministic simulation (crates/sim) over a fake process table.
 //!
 //! One concern per file: [`execute`] (actions → effects), [`exits`]
 //! (reaping and draining groups), [`readiness`] (exec status, probes, notify),

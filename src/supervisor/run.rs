@@ -214,6 +214,14 @@ pub async fn run(launch: Launch) -> std::io::Result<()> {
                 control_sender,
                 logs.clone(),
             ));
+            // From here on a command reaches this supervisor (it waits in
+            // the queue while the first version starts).
+            info!(
+                event = "control_listening",
+                socket = %control_path.display(),
+                "commands are taken on {}",
+                control_path.display()
+            );
             Some(fd)
         }
         Err(error) => {

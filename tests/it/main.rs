@@ -1,0 +1,36 @@
+//! The integration tests of the `supervise` binary, as one test binary
+//! (one link instead of one per file): each module runs the real binary
+//! against real processes, sockets and files, and waits on the event it
+//! means ([`common::Supervised`]). Heavy ones (many instances, load, the
+//! peers pm2, supervisord and Prometheus) are named in `.config/nextest.toml`
+//! and run one at a time.
+
+mod adversarial;
+mod chaos;
+mod check_fixtures;
+mod cluster;
+mod common;
+mod control;
+mod edits;
+mod escape;
+mod examples;
+mod exporting;
+mod health;
+mod importing;
+mod inject;
+mod install;
+mod layers;
+mod logfiles;
+mod metrics;
+mod oneshot;
+mod pid1;
+mod reload;
+mod roundtrip;
+mod scale;
+mod schema;
+mod spawner;
+mod stack;
+mod stack_hostile;
+mod supervisor;
+mod top;
+mod upgrade;
