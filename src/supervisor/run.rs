@@ -20,7 +20,7 @@ use tracing::{error, info};
 use super::{Event, Loaded, Supervisor};
 use crate::control::server::{self as control_socket, CONTROL_QUEUE};
 use crate::metrics::endpoint::{self as metrics_endpoint, Endpoint};
-use crate::supervisor::upgrading::{self, Kept, Lineage, Upgrading};
+use crate::supervisor::upgrading::{self, Lineage, LoopShell, Upgrading};
 use crate::upgrade::Handover;
 use effects::notify::NotifySocket;
 use effects::output::LogHub;
@@ -394,7 +394,7 @@ pub async fn run(launch: Launch) -> std::io::Result<()> {
             _ => None,
         };
         if asked.is_some() || agreed.is_some() {
-            let kept = Kept {
+            let shell = LoopShell {
                 control: control_kept,
                 notify: notify_kept.clone(),
                 claim: claim.export(),
@@ -405,7 +405,7 @@ pub async fn run(launch: Launch) -> std::io::Result<()> {
                 metrics: metrics.export(),
             };
             if let Some((binary, client)) = asked {
-                upgrading::begin(&mut upgrade, &mut supervisor, &kept, binary, client);
+                upgrading::begin(&mut upgrade, &mut supervisor, &shell, binary, client);
             }
             if let Some(agreed) = agreed {
                 // What is queued is handled first: nothing waiting in a
@@ -418,8 +418,9 @@ pub async fn run(launch: Launch) -> std::io::Result<()> {
                     &mut check_answers,
                     &mut memory,
                 );
-                // Returns only when the exec failed.
-                upgrading::carry_out(*agreed, &mut supervisor, &kept);
+                // Returns only when the exec failed (a real exec never
+                // hands the state back).
+                let _ = upgrading::carry_out(*agreed, &mut supervisor, &shell);
             }
         }
     }

@@ -61,22 +61,6 @@ impl<E: Effects> Supervisor<E> {
         supervisor
     }
 
-    /// An upgrade in the simulation: the supervisor's state written out and
-    /// read back in place, as across the exec, on the same effects (which
-    /// drop beforehand what an exec loses). The serialization's error, if any.
-    pub fn round_trip(&mut self) -> Result<(), String> {
-        let bytes = serde_json::to_vec(&self.handover()).map_err(|e| e.to_string())?;
-        let state: SupervisorState = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
-        self.core = state.core;
-        self.shown = state.shown;
-        self.config_error = state.config_error;
-        self.applied_at = state.applied_at;
-        self.tally = state.tally;
-        self.poll_at = None;
-        self.resumed();
-        Ok(())
-    }
-
     /// The upgrade stopped after the liveness checks that ran were abandoned
     /// for it (the state could not be written, or the exec failed): they are
     /// ordered again, as in a new image.

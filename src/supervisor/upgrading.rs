@@ -1,6 +1,13 @@
-//! The loop's side of an upgrade (see [`crate::upgrade`]): asked for by a
-//! client (`supervise upgrade`) or SIGUSR2, probed, then carried out by an
-//! exec — or refused, with the running supervisor untouched.
+//! The steps of an upgrade (see [`crate::upgrade`]): asked for by a client
+//! (`supervise upgrade`) or SIGUSR2, probed, then carried out by an exec —
+//! or refused, with the running supervisor untouched.
+//!
+//! Every step goes through the effects ([`Effects`]: the probe, what they
+//! hand over, the exec), so the same code runs on the real system (the loop,
+//! [`super::run`]) and in the simulation, which upgrades at random moments
+//! of its schedules and makes the new image from the state handed over.
+//! What the loop itself hands over (its sockets, its claim, its history) is
+//! the [`Shell`]'s.
 //!
 //! While the probe runs the loop goes on as ever. Once the new binary has
 //! agreed, everything else happens in one go on the loop's thread, without
@@ -20,9 +27,10 @@ use super::Supervisor;
 use crate::control::server::ControlRequest;
 use crate::upgrade::probe;
 use crate::upgrade::{self, Handover};
+use effects::Effects;
 use effects::output::LogHub;
 use effects::runtime::{ClaimState, FileIdentity};
-use effects::system::System;
+use effects::upgrade::KeptOpen;
 use effects::upgrade::probe::{ProbeEnd, ProbeOutput};
 use model::protocol::error_reply;
 use supervise_core::worker::State;
@@ -85,9 +93,8 @@ pub struct ShellState {
     pub metrics: crate::metrics::endpoint::MetricsState,
 }
 
-impl ShellState {
-    /// Every fd this part of the state names.
-    pub fn fds(&self) -> Vec<RawFd> {
+impl KeptOpen for ShellState {
+    fn kept_open(&self) -> Vec<RawFd> {
         let mut fds: Vec<RawFd> = self.control.into_iter().collect();
         fds.extend(self.metrics.listener.iter().map(|(_, fd)| *fd));
         fds.extend(self.notify.iter().map(|(fd, _)| *fd));
@@ -118,8 +125,27 @@ impl Lineage {
     }
 }
 
-/// What the loop holds that an upgrade hands over besides the supervisor.
-pub struct Kept<'a> {
+/// What the loop holds that an upgrade hands over besides the supervisor
+/// and the effects.
+pub trait Shell {
+    /// Its part of the state.
+    type State: KeptOpen + Serialize + for<'de> Deserialize<'de>;
+
+    /// Its part of the state now, with the connection of the client that
+    /// asked (the new image answers it) and one upgrade more.
+    fn state(&self, client: Option<RawFd>) -> Self::State;
+
+    /// The last lines of every instance (`supervise logs`).
+    fn logs(&self) -> &LogHub;
+
+    /// What `upgrade` runs without `--binary`: the path the first image
+    /// was started from.
+    fn default_binary(&self) -> &std::path::Path;
+}
+
+/// The real loop's part: its sockets, its claim on the runtime directory,
+/// its history, the file's last version seen.
+pub struct LoopShell<'a> {
     pub control: Option<RawFd>,
     pub notify: Option<(RawFd, String)>,
     pub claim: ClaimState,
@@ -128,6 +154,33 @@ pub struct Kept<'a> {
     pub identity: Option<FileIdentity>,
     pub logs: &'a LogHub,
     pub metrics: crate::metrics::endpoint::MetricsState,
+}
+
+impl Shell for LoopShell<'_> {
+    type State = ShellState;
+
+    fn state(&self, client: Option<RawFd>) -> ShellState {
+        ShellState {
+            control: self.control,
+            notify: self.notify.clone(),
+            claim: self.claim.clone(),
+            client,
+            default_binary: self.lineage.default_binary.clone(),
+            started_at: self.lineage.started_at,
+            upgrades: self.lineage.upgrades + 1,
+            seen_hash: self.seen_hash,
+            identity: self.identity.clone(),
+            metrics: self.metrics.clone(),
+        }
+    }
+
+    fn logs(&self) -> &LogHub {
+        self.logs
+    }
+
+    fn default_binary(&self) -> &std::path::Path {
+        &self.lineage.default_binary
+    }
 }
 
 /// What a binary file is: a file put in its place after the probe (a
@@ -217,14 +270,14 @@ enum Rings {
 }
 
 /// The state as it would be handed over now, and the fds it names.
-fn handover(
-    supervisor: &Supervisor<System>,
-    kept: &Kept<'_>,
+fn handover<E: Effects, S: Shell>(
+    supervisor: &Supervisor<E>,
+    shell: &S,
     client: Option<RawFd>,
     requested: Instant,
     rings: Rings,
 ) -> Result<(Vec<u8>, Vec<RawFd>), String> {
-    let mut rings_state = kept.logs.export();
+    let mut rings_state = shell.logs().export();
     if let Rings::Sample = rings {
         for ring in &mut rings_state {
             let last = ring.lines.pop();
@@ -238,19 +291,8 @@ fn handover(
         from_version: upgrade::VERSION.to_string(),
         requested_at,
         supervisor: supervisor.handover(),
-        system: supervisor.effects().export(),
-        shell: ShellState {
-            control: kept.control,
-            notify: kept.notify.clone(),
-            claim: kept.claim.clone(),
-            client,
-            default_binary: kept.lineage.default_binary.clone(),
-            started_at: kept.lineage.started_at,
-            upgrades: kept.lineage.upgrades + 1,
-            seen_hash: kept.seen_hash,
-            identity: kept.identity.clone(),
-            metrics: kept.metrics.clone(),
-        },
+        system: supervisor.effects().handover(),
+        shell: shell.state(client),
         rings: rings_state,
     };
     state.check()?;
@@ -260,14 +302,14 @@ fn handover(
 /// Begin an upgrade to `binary` (or the default one): start its probe.
 /// Refused at once when one is under way, when shutting down, or when the
 /// binary cannot be run.
-pub fn begin(
+pub fn begin<E: Effects>(
     upgrading: &mut Option<Upgrading>,
-    supervisor: &mut Supervisor<System>,
-    kept: &Kept<'_>,
+    supervisor: &mut Supervisor<E>,
+    shell: &impl Shell,
     binary: Option<String>,
     client: Option<ControlRequest>,
 ) {
-    let binary = binary.map_or_else(|| kept.lineage.default_binary.clone(), PathBuf::from);
+    let binary = binary.map_or_else(|| shell.default_binary().to_path_buf(), PathBuf::from);
     if upgrading.is_some() {
         refuse(client, &binary, "another upgrade is under way");
         return;
@@ -276,9 +318,9 @@ pub fn begin(
         refuse(client, &binary, "the supervisor is shutting down");
         return;
     }
-    let requested = Instant::now();
+    let requested = supervisor.effects().now();
     let probed = file_is(&binary);
-    let state = match handover(supervisor, kept, None, requested, Rings::Sample) {
+    let state = match handover(supervisor, shell, None, requested, Rings::Sample) {
         Ok((state, _)) => state,
         Err(why) => return refuse(client, &binary, &why),
     };
@@ -298,7 +340,7 @@ pub fn begin(
                 requested,
                 timeout,
                 // From the probe's start: the state's making is not its time.
-                deadline: Instant::now() + timeout,
+                deadline: supervisor.effects().now() + timeout,
                 pid: running.pid,
                 ended: None,
                 said: running.said,
@@ -309,18 +351,18 @@ pub fn begin(
     }
 }
 
-/// What the loop does after an event while an upgrade is under way.
+/// What comes after an event while an upgrade is under way.
 pub enum Next {
     /// Wait: the probe has not answered (or not exited) yet.
     Wait,
     /// Refused (said to the client): the loop goes on.
     Refused,
     /// The probe agreed: carry out the exec now ([`carry_out`]).
-    Exec(Box<Agreed>),
+    Exec(Box<Approved>),
 }
 
-/// An agreed upgrade, ready for [`carry_out`].
-pub struct Agreed {
+/// An upgrade the probe approved, ready for [`carry_out`].
+pub struct Approved {
     binary: PathBuf,
     probed: Option<FileIs>,
     client: Option<ControlRequest>,
@@ -329,16 +371,19 @@ pub struct Agreed {
 }
 
 /// Look at the probe: its answer, its end, its deadline. It is judged once
-/// it ended and said enough ([`Said::enough`]: its first line, or why it
-/// failed) — or at its deadline, with what it said if it ended.
-pub fn progress(upgrading: &mut Option<Upgrading>, supervisor: &mut Supervisor<System>) -> Next {
+/// it ended and said enough ([`ProbeOutput::enough`]: its first line, or why
+/// it failed) — or at its deadline, with what it said if it ended.
+pub fn progress<E: Effects>(
+    upgrading: &mut Option<Upgrading>,
+    supervisor: &mut Supervisor<E>,
+) -> Next {
     let Some(current) = upgrading.as_mut() else {
         return Next::Wait;
     };
     if current.ended.is_none() {
         current.ended = supervisor.effects_mut().probe_ended();
     }
-    let late = Instant::now() >= current.deadline;
+    let late = supervisor.effects().now() >= current.deadline;
     let verdict = {
         let said = current.said.borrow();
         match current.ended {
@@ -360,12 +405,12 @@ pub fn progress(upgrading: &mut Option<Upgrading>, supervisor: &mut Supervisor<S
         return Next::Wait;
     };
     match verdict {
-        Ok(agreed) => Next::Exec(Box::new(Agreed {
+        Ok(answer) => Next::Exec(Box::new(Approved {
             binary: done.binary,
             probed: done.probed,
             client: done.client,
             requested: done.requested,
-            version: agreed.version,
+            version: answer.version,
         })),
         Err(why) => {
             if done.ended.is_none() {
@@ -382,29 +427,36 @@ pub fn progress(upgrading: &mut Option<Upgrading>, supervisor: &mut Supervisor<S
 }
 
 /// The loop shuts down: an upgrade under way is refused.
-pub fn cancel(upgrading: &mut Option<Upgrading>, supervisor: &mut Supervisor<System>) {
+pub fn cancel<E: Effects>(upgrading: &mut Option<Upgrading>, supervisor: &mut Supervisor<E>) {
     if let Some(done) = upgrading.take() {
         supervisor.effects_mut().abandon_probe();
         refuse(done.client, &done.binary, "the supervisor is shutting down");
     }
 }
 
-/// Exec the agreed binary with the state as it is now. Returns only if the
-/// exec failed (said to the client and logged); the loop goes on.
-pub fn carry_out(agreed: Agreed, supervisor: &mut Supervisor<System>, kept: &Kept<'_>) {
-    let Agreed {
+/// Exec the approved binary with the state as it is now. Returns the state
+/// handed over when a simulated exec took place (the caller makes the new
+/// image from it); on the real system it returns only if the exec failed
+/// (said to the client and logged), and the loop goes on.
+pub fn carry_out<E: Effects>(
+    approved: Approved,
+    supervisor: &mut Supervisor<E>,
+    shell: &impl Shell,
+) -> Option<Vec<u8>> {
+    let Approved {
         binary,
         probed,
         client,
         requested,
         version,
-    } = agreed;
+    } = approved;
     if probed.is_none() || file_is(&binary) != probed {
-        return refuse(
+        refuse(
             client,
             &binary,
             "the binary is not the file that was probed (it was replaced meanwhile); run the upgrade again",
         );
+        return None;
     }
     info!(
         event = "upgrading",
@@ -415,32 +467,36 @@ pub fn carry_out(agreed: Agreed, supervisor: &mut Supervisor<System>, kept: &Kep
     );
     supervisor.effects_mut().abandon_transients();
     let connection = client.as_ref().map(|c| c.connection);
-    let (state, fds) = match handover(supervisor, kept, connection, requested, Rings::All) {
+    let (state, fds) = match handover(supervisor, shell, connection, requested, Rings::All) {
         Ok(handover) => handover,
         Err(why) => {
             supervisor.upgrade_abandoned();
-            return refuse(client, &binary, &why);
+            refuse(client, &binary, &why);
+            return None;
         }
     };
-    supervisor
-        .effects_mut()
-        .expect_takeover(timeout_from_env(TAKEOVER_TIMEOUT_ENV, TAKEOVER_TIMEOUT));
-    supervisor.effects().flush_output(FLUSH_WAIT);
+    supervisor.effects_mut().prepare_exec(
+        timeout_from_env(TAKEOVER_TIMEOUT_ENV, TAKEOVER_TIMEOUT),
+        FLUSH_WAIT,
+    );
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let error = effects::upgrade::exec::exec(&binary, &args, &state, &fds);
-    supervisor.effects_mut().took_over();
-    supervisor.effects().resume_log_files();
+    let error = match supervisor.effects_mut().exec(&binary, &args, &state, &fds) {
+        Ok(()) => return Some(state),
+        Err(error) => error,
+    };
+    supervisor.effects_mut().exec_failed();
     supervisor.upgrade_abandoned();
     refuse(
         client,
         &binary,
         &format!("cannot exec {}: {error}", binary.display()),
     );
+    None
 }
 
 /// After an upgrade, in the new image: every worker that waits for a
 /// readiness probe gets it again.
-pub fn resume_probes(supervisor: &mut Supervisor<System>) {
+pub fn resume_probes<E: Effects>(supervisor: &mut Supervisor<E>) {
     let waiting: Vec<(String, u32, model::spec::Readiness, i32)> = supervisor
         .core()
         .apps()

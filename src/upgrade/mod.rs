@@ -22,6 +22,8 @@ pub mod probe;
 
 use std::os::fd::RawFd;
 
+use effects::upgrade::KeptOpen;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// The format of [`Handover`]; bumped when it changes incompatibly. A new
@@ -34,9 +36,14 @@ pub const MAX_STATE_BYTES: usize = 1 << 30;
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Everything one image hands the next. `S` is the supervisor's part: a
-/// view of the running one when written, owned when read.
+/// view of the running one when written, owned when read; `X` the effects'
+/// and `L` the loop's (the real ones by default, the simulation's in it).
 #[derive(Debug, Serialize, Deserialize)]
-pub struct Handover<S = crate::supervisor::upgrade::SupervisorState> {
+pub struct Handover<
+    S = crate::supervisor::upgrade::SupervisorState,
+    X = effects::system::SystemState,
+    L = crate::supervisor::upgrading::ShellState,
+> {
     pub format: u32,
     /// The format of the serialized core ([`supervise_core::STATE_VERSION`]).
     pub core_format: u32,
@@ -46,8 +53,8 @@ pub struct Handover<S = crate::supervisor::upgrade::SupervisorState> {
     /// `took_ms`.
     pub requested_at: u64,
     pub supervisor: S,
-    pub system: effects::system::SystemState,
-    pub shell: crate::supervisor::upgrading::ShellState,
+    pub system: X,
+    pub shell: L,
     /// The last lines of every instance (`supervise logs`).
     pub rings: effects::output::rings::RingsState,
 }
@@ -61,9 +68,9 @@ struct FormatOnly {
     core_format: u32,
 }
 
-impl Handover {
+impl<S: DeserializeOwned, X: DeserializeOwned, L: DeserializeOwned> Handover<S, X, L> {
     /// Read a state, refusing another format clearly.
-    pub fn decode(bytes: &[u8]) -> Result<Handover, String> {
+    pub fn decode(bytes: &[u8]) -> Result<Handover<S, X, L>, String> {
         let head: FormatOnly = serde_json::from_slice(bytes)
             .map_err(|e| format!("the state is not a supervise state: {e}"))?;
         if head.format != FORMAT {
@@ -83,11 +90,11 @@ impl Handover {
     }
 }
 
-impl<S> Handover<S> {
+impl<S, X: KeptOpen, L: KeptOpen> Handover<S, X, L> {
     /// Every fd the state names; each once.
     pub fn fds(&self) -> Vec<RawFd> {
-        let mut fds = self.system.fds();
-        fds.extend(self.shell.fds());
+        let mut fds = self.system.kept_open();
+        fds.extend(self.shell.kept_open());
         fds
     }
 
@@ -108,7 +115,7 @@ impl<S> Handover<S> {
     }
 }
 
-impl<S: Serialize> Handover<S> {
+impl<S: Serialize, X: Serialize, L: Serialize> Handover<S, X, L> {
     /// The state as the next image reads it: refused when larger than it
     /// reads ([`MAX_STATE_BYTES`]), which it would find only after the exec,
     /// with nothing left to go back to.
@@ -133,18 +140,21 @@ fn readable(bytes: Vec<u8>, limit: usize) -> Result<Vec<u8>, String> {
 mod tests {
     use super::*;
 
+    /// The state the real loop hands over.
+    type Real = Handover;
+
     #[test]
     fn a_state_of_another_format_is_refused_with_its_format() {
-        let other = Handover::decode(br#"{"format": 2, "core_format": 1}"#).unwrap_err();
+        let other = Real::decode(br#"{"format": 2, "core_format": 1}"#).unwrap_err();
         assert!(
             other.contains("format 2") && other.contains("reads format 1"),
             "{other}"
         );
-        let core = Handover::decode(br#"{"format": 1, "core_format": 9}"#).unwrap_err();
+        let core = Real::decode(br#"{"format": 1, "core_format": 9}"#).unwrap_err();
         assert!(core.contains("core's state is of format 9"), "{core}");
-        let partial = Handover::decode(br#"{"format": 1, "core_format": 1}"#).unwrap_err();
+        let partial = Real::decode(br#"{"format": 1, "core_format": 1}"#).unwrap_err();
         assert!(partial.contains("cannot read the state"), "{partial}");
-        let garbage = Handover::decode(b"\xff\x00not json").unwrap_err();
+        let garbage = Real::decode(b"\xff\x00not json").unwrap_err();
         assert!(garbage.contains("not a supervise state"), "{garbage}");
     }
 
@@ -161,7 +171,7 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn no_bytes_make_decoding_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
-            let _ = Handover::decode(&bytes);
+            let _ = Real::decode(&bytes);
         }
     }
 }

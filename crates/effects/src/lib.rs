@@ -35,15 +35,18 @@ pub mod watch;
 
 use std::collections::HashSet;
 use std::os::fd::RawFd;
-use std::time::Instant;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use model::Signal;
 
 use model::orders::{CheckOrder, SpawnOrder};
 use model::process::{Exit, StartError};
-use model::spec::{Desired, ListenAddress, SocketKey};
+use model::spec::{Desired, ListenAddress, Readiness, SocketKey};
 pub use model::usage::GroupUsage;
 pub use sockets::BindError;
+use upgrade::KeptOpen;
+use upgrade::probe::{ProbeEnd, RunningProbe};
 
 /// A reaped child.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,4 +157,56 @@ pub trait Effects {
     /// A version of the file was applied: each app's output goes to the
     /// log file it names from now on (a change restarts nothing).
     fn route_output(&mut self, desired: &Desired);
+
+    // An upgrade, the same steps for the real effects and the simulated
+    // ones (see the supervise crate's `upgrade`): the probe of the new
+    // binary, what is handed over, and the exec.
+
+    /// What the effects hand the next image: their sockets, children and
+    /// pipes, and what each process was at.
+    type Handover: KeptOpen + serde::Serialize + serde::de::DeserializeOwned;
+
+    /// The effects' part of an upgrade's state, now (nothing stops: if the
+    /// exec fails, everything goes on).
+    fn handover(&self) -> Self::Handover;
+
+    /// Start `binary --upgrade-probe`, fed `state`.
+    fn start_upgrade_probe(
+        &mut self,
+        binary: &Path,
+        state: Vec<u8>,
+    ) -> Result<RunningProbe, String>;
+
+    /// How the probe ended, once reaped; forgotten once taken.
+    fn probe_ended(&mut self) -> Option<ProbeEnd>;
+
+    /// Give the probe up (timed out, or we stop): killed if it still runs.
+    fn abandon_probe(&mut self);
+
+    /// Right before the exec: the liveness checks that run are stopped,
+    /// unanswered (the new image orders them again).
+    fn abandon_transients(&mut self);
+
+    /// Right before the exec: the undertaker is told to wait for the new
+    /// image `takeover` long, and the output is written out (`flush` at most).
+    fn prepare_exec(&mut self, takeover: Duration, flush: Duration);
+
+    /// Replace this image by `binary` (with `args`), handing it `state` and
+    /// keeping `fds` open. The real effects return only when the exec
+    /// failed; `Ok` is a simulated exec that took place (the caller then
+    /// makes the new image from `state`).
+    fn exec(
+        &mut self,
+        binary: &Path,
+        args: &[std::ffi::OsString],
+        state: &[u8],
+        fds: &[RawFd],
+    ) -> std::io::Result<()>;
+
+    /// The exec failed: the undertaker stops waiting, the log files are
+    /// written again.
+    fn exec_failed(&mut self);
+
+    /// In the new image: the readiness probe of a worker that was starting.
+    fn resume_probe(&mut self, app: &str, slot: u32, readiness: &Readiness, pid: i32);
 }

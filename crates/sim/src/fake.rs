@@ -35,6 +35,8 @@ use std::time::{Duration, Instant};
 use model::Signal;
 
 use effects::spawn::ExecStatus;
+use effects::upgrade::KeptOpen;
+use effects::upgrade::probe::{ProbeEnd, ProbeOutput, RunningProbe};
 use effects::{BindError, CheckAnswer, Effects, Reaped, SpawnFailure};
 use model::orders::{CheckOrder, SpawnOrder};
 use model::process::{Exit, StartError};
@@ -188,6 +190,27 @@ pub struct FakeEffects {
     checks: BTreeMap<i32, CheckOrder>,
     /// A memory measurement asked for and not answered yet: the leaders.
     pub measuring: Option<(u64, Vec<i32>)>,
+    /// An upgrade's probe: its answer, taken once ([`Effects::probe_ended`]).
+    probe: Option<ProbeEnd>,
+    /// How the next upgrade's probe answers: agreeing, or refusing.
+    pub probe_refuses: bool,
+    /// Execs of a new image that took place.
+    pub execs: u64,
+}
+
+/// What the simulated effects hand the next image: the listening sockets
+/// (the same fds), and the processes whose exec status is known. The
+/// processes themselves are the world's, as they are the kernel's: an exec
+/// changes nothing about them.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct FakeHandover {
+    pub sockets: Vec<(SocketKey, RawFd)>,
+}
+
+impl KeptOpen for FakeHandover {
+    fn kept_open(&self) -> Vec<RawFd> {
+        self.sockets.iter().map(|(_, fd)| *fd).collect()
+    }
 }
 
 /// The fake wall clock's start, in seconds since the epoch: 2026-03-08
@@ -219,6 +242,9 @@ impl FakeEffects {
             populated: BTreeSet::new(),
             checks: BTreeMap::new(),
             measuring: None,
+            probe: None,
+            probe_refuses: false,
+            execs: 0,
         }
     }
 
@@ -362,9 +388,21 @@ impl FakeEffects {
 
     /// An upgrade's exec: what runs off the loop is lost (the liveness
     /// checks and a memory measurement; the real effects abandon them).
-    pub fn exec_lost(&mut self) {
-        self.checks.clear();
+    /// The new image takes over what the last one handed over: the same
+    /// sockets; what it did not hand over (a memory measurement, the
+    /// readiness probes it runs again itself) is gone.
+    pub fn restore(&mut self, state: FakeHandover) -> Result<(), String> {
+        let handed: HashMap<SocketKey, RawFd> = state.sockets.into_iter().collect();
+        if handed != self.sockets {
+            return Err(format!(
+                "the sockets handed over {handed:?} are not those open {:?}",
+                self.sockets
+            ));
+        }
         self.measuring = None;
+        self.probes.clear();
+        self.history.push("new image".into());
+        Ok(())
     }
 
     /// The liveness checks running: `(leader, check number)`.
@@ -654,5 +692,96 @@ impl Effects for FakeEffects {
             Some(slot) => format!("forget output {app}.{slot}"),
             None => format!("forget output {app}"),
         });
+    }
+
+    type Handover = FakeHandover;
+
+    fn handover(&self) -> FakeHandover {
+        let mut sockets: Vec<(SocketKey, RawFd)> = self
+            .sockets
+            .iter()
+            .map(|(k, fd)| (k.clone(), *fd))
+            .collect();
+        sockets.sort_by_key(|(_, fd)| *fd);
+        FakeHandover { sockets }
+    }
+
+    fn start_upgrade_probe(
+        &mut self,
+        binary: &std::path::Path,
+        state: Vec<u8>,
+    ) -> Result<RunningProbe, String> {
+        // The probe reads the state as a new image would.
+        let decoded = supervise::upgrade::Handover::<
+            supervise::supervisor::upgrade::SupervisorState,
+            FakeHandover,
+            crate::SimShellState,
+        >::decode(&state)
+        .and_then(|state| state.check());
+        let pid = self.next_pid;
+        self.next_pid += 1;
+        self.history
+            .push(format!("probe {} pid {pid}", binary.display()));
+        let mut output = ProbeOutput::default();
+        let exit = match decoded {
+            Ok(()) if !self.probe_refuses => {
+                let line = serde_json::json!({
+                    "ok": true,
+                    "version": supervise::upgrade::VERSION,
+                    "format": supervise::upgrade::FORMAT,
+                });
+                output.stdout.take(format!("{line}\n").as_bytes());
+                Exit::Code(0)
+            }
+            Ok(()) => {
+                output.stderr.take(b"refused by the simulation");
+                Exit::Code(1)
+            }
+            Err(why) => {
+                output.stderr.take(why.as_bytes());
+                Exit::Code(1)
+            }
+        };
+        output.stdout.ended = true;
+        output.stderr.ended = true;
+        self.probe = Some(ProbeEnd::Exited(exit));
+        let (_said, said) = tokio::sync::watch::channel(output);
+        Ok(RunningProbe { pid, said })
+    }
+
+    fn probe_ended(&mut self) -> Option<ProbeEnd> {
+        self.probe.take()
+    }
+
+    fn abandon_probe(&mut self) {
+        self.probe = None;
+    }
+
+    fn abandon_transients(&mut self) {
+        self.checks.clear();
+    }
+
+    fn prepare_exec(&mut self, _takeover: Duration, _flush: Duration) {}
+
+    fn exec(
+        &mut self,
+        binary: &std::path::Path,
+        _args: &[std::ffi::OsString],
+        _state: &[u8],
+        fds: &[RawFd],
+    ) -> std::io::Result<()> {
+        self.history.push(format!(
+            "exec {} keeping {} fds",
+            binary.display(),
+            fds.len()
+        ));
+        self.execs += 1;
+        Ok(())
+    }
+
+    fn exec_failed(&mut self) {}
+
+    fn resume_probe(&mut self, _app: &str, _slot: u32, _readiness: &Readiness, pid: i32) {
+        self.probes.insert(pid);
     }
 }

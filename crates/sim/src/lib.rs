@@ -57,6 +57,45 @@ mod step;
 
 pub use step::{CommandKind, Edit, Step};
 
+/// What the simulated loop hands over in an upgrade besides the supervisor
+/// and the effects: no sockets of its own, no claim.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct SimShellState {
+    /// How many upgrades came before this one.
+    pub upgrades: u32,
+}
+
+impl effects::upgrade::KeptOpen for SimShellState {
+    fn kept_open(&self) -> Vec<std::os::fd::RawFd> {
+        Vec::new()
+    }
+}
+
+/// The simulated loop's part of an upgrade.
+struct SimShell {
+    logs: std::sync::Arc<effects::output::LogHub>,
+    binary: std::path::PathBuf,
+    upgrades: u32,
+}
+
+impl supervise::supervisor::upgrading::Shell for SimShell {
+    type State = SimShellState;
+
+    fn state(&self, _client: Option<std::os::fd::RawFd>) -> SimShellState {
+        SimShellState {
+            upgrades: self.upgrades,
+        }
+    }
+
+    fn logs(&self) -> &effects::output::LogHub {
+        &self.logs
+    }
+
+    fn default_binary(&self) -> &std::path::Path {
+        &self.binary
+    }
+}
+
 /// The uid the simulated supervisor runs as.
 pub const UID: u32 = 1000;
 /// Time steps taken by one `advance` before it is called stuck (a liveness bug).

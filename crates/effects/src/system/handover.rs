@@ -50,9 +50,8 @@ pub struct SystemState {
     pub nofile_soft: libc::rlim_t,
 }
 
-impl SystemState {
-    /// Every fd the state names (each must be kept open across the exec).
-    pub fn fds(&self) -> Vec<RawFd> {
+impl crate::upgrade::KeptOpen for SystemState {
+    fn kept_open(&self) -> Vec<RawFd> {
         let mut fds: Vec<RawFd> = self.sockets.iter().map(|s| s.fd).collect();
         fds.push(self.undertaker.pipe);
         fds.extend(self.processes.iter().filter_map(|(_, exec)| match exec {
@@ -67,7 +66,7 @@ impl SystemState {
 impl System {
     /// For an upgrade: everything the next image needs to go on where this
     /// one stops (nothing stops: if the exec fails, it all goes on).
-    pub fn export(&self) -> SystemState {
+    pub(crate) fn export(&self) -> SystemState {
         let processes = self
             .processes
             .iter()
@@ -99,7 +98,7 @@ impl System {
     /// unanswered (the new image's core orders them again), and what the
     /// probes given up on left is cleared (their reap is the new image's,
     /// as a stranger's).
-    pub fn abandon_transients(&mut self) {
+    pub(crate) fn abandon_transients(&mut self) {
         self.checks
             .abandon(&mut self.groups, &mut self.setup.undertaker);
         for process in self.abandoned_probes.drain(..) {
@@ -201,7 +200,7 @@ impl System {
 
     /// The readiness probe of a worker that was starting when the previous
     /// image handed over.
-    pub fn resume_probe(&mut self, app: &str, slot: u32, readiness: &Readiness, pid: i32) {
+    pub(crate) fn resume_probe(&mut self, app: &str, slot: u32, readiness: &Readiness, pid: i32) {
         let probe = self.start_probe(app, slot, readiness, pid);
         if let Some(tracked) = self.processes.get_mut(&pid) {
             tracked.probe = probe;
@@ -213,7 +212,7 @@ impl System {
     /// process group and a cgroup (or with a token) of its own, so that what
     /// it leaves is killed once it is done ([`System::abandon_probe`], its
     /// reap) and by the undertaker if the supervisor dies meanwhile.
-    pub fn start_upgrade_probe(
+    pub(crate) fn start_upgrade_probe(
         &mut self,
         binary: &Path,
         state: Vec<u8>,
@@ -277,7 +276,7 @@ impl System {
     }
 
     /// How the probe ended, once reaped; forgotten once taken.
-    pub fn probe_ended(&mut self) -> Option<ProbeEnd> {
+    pub(crate) fn probe_ended(&mut self) -> Option<ProbeEnd> {
         match self.probe.take() {
             Some(Probing::Ended(ended)) => Some(ended),
             other => {
@@ -290,7 +289,7 @@ impl System {
     /// The probe is given up on (timed out, or the supervisor stops): if it
     /// still runs, it is killed with what it started; its reap clears the
     /// rest.
-    pub fn abandon_probe(&mut self) {
+    pub(crate) fn abandon_probe(&mut self) {
         if let Some(Probing::Running(process)) = self.probe.take() {
             process.kill();
             self.abandoned_probes.push(process);
@@ -300,19 +299,19 @@ impl System {
     /// For an upgrade: the output queue written out and the log files
     /// flushed (their writer ends; [`System::resume_log_files`] starts it
     /// again if the exec fails).
-    pub fn flush_output(&self, wait: std::time::Duration) {
+    pub(crate) fn flush_output(&self, wait: std::time::Duration) {
         self.setup.files.finish(wait);
         self.setup.sink.flush(wait);
     }
 
     /// The exec failed: write the log files again.
-    pub fn resume_log_files(&self) {
+    pub(crate) fn resume_log_files(&self) {
         self.setup.files.restart();
     }
 
     /// The undertaker is told an exec comes (see
     /// [`super::undertaker::Undertaker::expect_takeover`]).
-    pub fn expect_takeover(&mut self, within: std::time::Duration) {
+    pub(crate) fn expect_takeover(&mut self, within: std::time::Duration) {
         if let Err(error) = self.setup.undertaker.expect_takeover(within) {
             warn!("cannot tell the undertaker an upgrade comes: {error}");
         }

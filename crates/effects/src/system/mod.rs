@@ -18,7 +18,7 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use model::Signal;
 use tokio::io::Interest;
@@ -590,5 +590,55 @@ impl Effects for System {
 
     fn route_output(&mut self, desired: &model::spec::Desired) {
         self.setup.files.route(desired);
+    }
+
+    type Handover = SystemState;
+
+    fn handover(&self) -> SystemState {
+        self.export()
+    }
+
+    fn start_upgrade_probe(
+        &mut self,
+        binary: &std::path::Path,
+        state: Vec<u8>,
+    ) -> Result<crate::upgrade::probe::RunningProbe, String> {
+        System::start_upgrade_probe(self, binary, state)
+    }
+
+    fn probe_ended(&mut self) -> Option<crate::upgrade::probe::ProbeEnd> {
+        System::probe_ended(self)
+    }
+
+    fn abandon_probe(&mut self) {
+        System::abandon_probe(self);
+    }
+
+    fn abandon_transients(&mut self) {
+        System::abandon_transients(self);
+    }
+
+    fn prepare_exec(&mut self, takeover: Duration, flush: Duration) {
+        self.expect_takeover(takeover);
+        self.flush_output(flush);
+    }
+
+    fn exec(
+        &mut self,
+        binary: &std::path::Path,
+        args: &[OsString],
+        state: &[u8],
+        fds: &[RawFd],
+    ) -> std::io::Result<()> {
+        Err(crate::upgrade::exec::exec(binary, args, state, fds))
+    }
+
+    fn exec_failed(&mut self) {
+        self.took_over();
+        self.resume_log_files();
+    }
+
+    fn resume_probe(&mut self, app: &str, slot: u32, readiness: &Readiness, pid: i32) {
+        System::resume_probe(self, app, slot, readiness, pid);
     }
 }

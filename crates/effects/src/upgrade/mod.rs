@@ -6,3 +6,12 @@
 
 pub mod exec;
 pub mod probe;
+
+use std::os::fd::RawFd;
+
+/// A part of an upgrade's state that names fds: each must be kept open
+/// across the exec, and is adopted by the new image.
+pub trait KeptOpen {
+    /// Every fd this part names.
+    fn kept_open(&self) -> Vec<RawFd>;
+}
