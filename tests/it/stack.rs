@@ -201,9 +201,18 @@ apps:
 #[test]
 fn every_second_a_job_of_two_and_a_half_seconds_in_each_overlap_mode() {
     let mut s = Supervised::start(JOBS);
-    let start = timestamp_ms(&s.wait_for("the first apply", |_| true));
-    // Runs started within 5.5 s: ticks at 1, 2, 3, 4, 5 s.
-    assert!(!s.until(Duration::from_millis(6500), |_| false));
+    // The schedules count from the first apply.
+    let start = timestamp_ms(&s.wait_for("the first apply", |e| {
+        e["event"] == "applied" && e["file_version"] == 1
+    }));
+    // Runs started within 5.5 s: ticks at 1, 2, 3, 4, 5 s. The tick of 6 s
+    // (replace runs on every tick) comes after every earlier tick of every
+    // app has been handled: the window is closed.
+    for _ in 0..6 {
+        s.wait_for("a tick of replace", |e| {
+            e["event"] == "run_due" && e["app"] == "replace" && e["why"] == "schedule"
+        });
+    }
     let started_by = |app: &str| {
         s.events
             .iter()
@@ -248,7 +257,11 @@ apps:
     timezone: UTC
 "#,
     );
-    s.wait_for("the first apply", |_| true);
+    // Applied: the control socket is bound (`control_listening` comes
+    // first) and the schedule is set, so status shows it.
+    s.wait_for("the first apply", |e| {
+        e["event"] == "applied" && e["file_version"] == 1
+    });
     let status = status_json(&s);
     let schedule = &app_status(&status, "nightly")["schedule"];
     assert!(
