@@ -104,46 +104,96 @@ fn kubernetes_validate() -> PathBuf {
 /// Validate a YAML stream against the Kubernetes 1.33 schemas, strictly
 /// (unknown fields are errors). Returns the validator's report.
 fn validate_kubernetes(yaml: &str) -> Result<String, String> {
+    validate_kubernetes_each(&[yaml])
+        .pop()
+        .expect("one report for one stream")
+}
+
+/// [`validate_kubernetes`] for each of `streams`, in one run of the
+/// validator (a Python program that takes half a second to start): each
+/// stream is a file of its own, and each report holds the lines that name
+/// its file. A stream passes when its lines say `passed` and none says
+/// `ERROR`, and the run as a whole succeeded or failed only for streams
+/// that did not pass; anything else (the validator failing without naming
+/// a file) fails every stream, with the whole report.
+fn validate_kubernetes_each(streams: &[&str]) -> Vec<Result<String, String>> {
     let dir = tempfile::tempdir().expect("temp dir");
-    let file = dir.path().join("objects.yaml");
-    std::fs::write(&file, yaml).expect("write the objects");
+    let files: Vec<PathBuf> = (0..streams.len())
+        .map(|i| dir.path().join(format!("objects-{i:04}.yaml")))
+        .collect();
+    for (file, yaml) in files.iter().zip(streams) {
+        std::fs::write(file, yaml).expect("write the objects");
+    }
     let output = Command::new(kubernetes_validate())
         .args(["--strict", "-k", "1.33.0"])
-        .arg(&file)
+        .args(&files)
         .output()
         .expect("kubernetes-validate runs");
-    let report = format!(
+    let whole = format!(
         "{}{}",
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
-    if output.status.success() && !report.contains("ERROR") {
-        Ok(report)
-    } else {
-        Err(report)
-    }
+    let reports: Vec<String> = files
+        .iter()
+        .map(|file| {
+            let name = format!("{} ", file.display());
+            whole
+                .lines()
+                .filter(|line| line.contains(&name))
+                .map(|line| format!("{line}\n"))
+                .collect()
+        })
+        .collect();
+    let passed = |report: &String| report.contains("passed") && !report.contains("ERROR");
+    let explained = output.status.success() || reports.iter().any(|r| !passed(r));
+    reports
+        .into_iter()
+        .map(|report| {
+            if !explained {
+                Err(format!("{report}the whole report:\n{whole}"))
+            } else if passed(&report) {
+                Ok(report)
+            } else {
+                Err(report)
+            }
+        })
+        .collect()
 }
 
 #[test]
 fn every_example_exports_to_objects_that_validate_against_kubernetes_1_33() {
     let settings = snapshot_settings();
-    for example in examples() {
-        let file = format!("examples/{example}/ecosystem.yaml");
-        let run = supervise(
-            root(),
-            &[
-                "export",
-                "kubernetes",
-                "-f",
-                &file,
-                "--image",
-                "registry.example/app:1",
-            ],
-        );
-        assert_eq!(run.code, 0, "{file}:\n{}", run.stderr);
+    let examples = examples();
+    let runs: Vec<Run> = examples
+        .iter()
+        .map(|example| {
+            let file = format!("examples/{example}/ecosystem.yaml");
+            let run = supervise(
+                root(),
+                &[
+                    "export",
+                    "kubernetes",
+                    "-f",
+                    &file,
+                    "--image",
+                    "registry.example/app:1",
+                ],
+            );
+            assert_eq!(run.code, 0, "{file}:\n{}", run.stderr);
+            run
+        })
+        .collect();
+    let streams: Vec<&str> = runs.iter().map(|run| run.stdout.as_str()).collect();
+    let reports = validate_kubernetes_each(&streams);
+    for ((example, run), report) in examples.iter().zip(&runs).zip(reports) {
         let documents = run.stdout.split("\n---\n").count();
-        let report = validate_kubernetes(&run.stdout)
-            .unwrap_or_else(|report| panic!("{file} does not validate:\n{report}\n{}", run.stdout));
+        let report = report.unwrap_or_else(|report| {
+            panic!(
+                "examples/{example} does not validate:\n{report}\n{}",
+                run.stdout
+            )
+        });
         assert_eq!(
             report.matches("passed for resource").count(),
             documents,
@@ -177,6 +227,26 @@ fn the_validator_is_not_a_rubber_stamp() {
     let report = validate_kubernetes(&broken).expect_err("a broken object fails");
     assert!(report.contains("'two' is not of type"), "{report}");
     assert!(report.contains("sessionStickiness"), "{report}");
+    // Validated together, each stream gets its own verdict and report.
+    let [first, second, third] =
+        &validate_kubernetes_each(&[&hello.stdout, &broken, &hello.stdout])[..]
+    else {
+        panic!("three reports for three streams");
+    };
+    let (first, third) = (
+        first.as_ref().expect("hello passes"),
+        third.as_ref().expect("hello passes"),
+    );
+    assert!(
+        first.contains("passed for resource") && !first.contains("two"),
+        "{first}"
+    );
+    assert_eq!(first.replace("0000", "0002"), *third);
+    let second = second.as_ref().expect_err("the broken one fails");
+    assert!(
+        second.contains("'two' is not of type") && !second.contains("passed"),
+        "{second}"
+    );
 }
 
 /// `systemd-analyze verify` on every unit file in `dir`; the lines it prints.
@@ -1030,6 +1100,77 @@ fn line_of(yaml: &str, key: &str) -> (usize, usize) {
     (line, if segments.len() > 1 { block_line } else { line })
 }
 
+/// What [`every_key_of_the_format_is_exported_or_warned_about`] finds
+/// wrong with one case, and what `export kubernetes` wrote for it (to
+/// validate with the others).
+fn check_case(case: &Case) -> (Vec<String>, Option<String>) {
+    let mut failures = Vec::new();
+    let mut objects = None;
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("ecosystem.yaml"), case.yaml).unwrap();
+    std::fs::write(dir.path().join("app.env"), "FROM_FILE=yes-it-is\n").unwrap();
+    let (line, block_line) = line_of(case.yaml, case.key);
+    // Each case's units pass systemd-analyze verify, and its objects
+    // the Kubernetes schemas, whatever the key does.
+    let (written, units) = export_units(dir.path());
+    if written.code == 0 {
+        let complaints = systemd_verify(&units);
+        if !complaints.is_empty() {
+            failures.push(format!(
+                "{} / systemd-analyze verify:\n{}",
+                case.key,
+                complaints.join("\n")
+            ));
+        }
+    }
+    for (target, expect) in [("kubernetes", case.kubernetes), ("systemd", case.systemd)] {
+        let run = supervise(dir.path(), &["export", target]);
+        if run.code != 0 {
+            failures.push(format!(
+                "{} / {target}: exit {}\n{}",
+                case.key, run.code, run.stderr
+            ));
+            continue;
+        }
+        if target == "kubernetes" {
+            objects = Some(run.stdout.clone());
+        }
+        match expect {
+            Maps(text) => {
+                if !run.stdout.contains(text) {
+                    failures.push(format!(
+                        "{} / {target}: the output lacks {text:?}\n{}",
+                        case.key, run.stdout
+                    ));
+                }
+            }
+            Warns(text) => {
+                let placed = run.stderr.lines().any(|l| {
+                    (l.starts_with(&format!("ecosystem.yaml:{line}:"))
+                        || l.starts_with(&format!("ecosystem.yaml:{block_line}:")))
+                        && l.contains(": warning: ")
+                        && l.contains(text)
+                });
+                if !placed {
+                    failures.push(format!(
+                        "{} / {target}: no warning {text:?} at line {line} (or {block_line})\n{}",
+                        case.key, run.stderr
+                    ));
+                }
+                // A lost key fails --strict.
+                let strict = supervise(dir.path(), &["export", target, "--strict"]);
+                if strict.code != 1 {
+                    failures.push(format!(
+                        "{} / {target}: --strict exited {}",
+                        case.key, strict.code
+                    ));
+                }
+            }
+        }
+    }
+    (failures, objects)
+}
+
 #[test]
 fn every_key_of_the_format_is_exported_or_warned_about() {
     let keys = schema_keys();
@@ -1056,72 +1197,46 @@ fn every_key_of_the_format_is_exported_or_warned_about() {
         "the schema walk found the nested keys too: {keys:?}"
     );
 
+    // The cases run on as many threads as there are cores (each is a few
+    // short processes: the exports and systemd-analyze), their findings
+    // kept in the order of CASES.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let mut checked: Vec<(usize, (Vec<String>, Option<String>))> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(case) = CASES.get(i) else {
+                            return done;
+                        };
+                        done.push((i, check_case(case)));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|worker| worker.join().expect("a case panicked"))
+            .collect()
+    });
+    checked.sort_by_key(|(i, _)| *i);
     let mut failures = Vec::new();
-    for case in CASES {
-        let dir = tempfile::tempdir().expect("temp dir");
-        std::fs::write(dir.path().join("ecosystem.yaml"), case.yaml).unwrap();
-        std::fs::write(dir.path().join("app.env"), "FROM_FILE=yes-it-is\n").unwrap();
-        let (line, block_line) = line_of(case.yaml, case.key);
-        // Each case's units pass systemd-analyze verify, and its objects
-        // the Kubernetes schemas, whatever the key does.
-        let (written, units) = export_units(dir.path());
-        if written.code == 0 {
-            let complaints = systemd_verify(&units);
-            if !complaints.is_empty() {
-                failures.push(format!(
-                    "{} / systemd-analyze verify:\n{}",
-                    case.key,
-                    complaints.join("\n")
-                ));
-            }
+    // What `export kubernetes` wrote for each case, validated all at once
+    // (one run of the validator instead of one per case).
+    let mut objects = Vec::new();
+    for (i, (found, written)) in checked {
+        failures.extend(found);
+        if let Some(written) = written {
+            objects.push((CASES[i].key, written));
         }
-        let objects = supervise(dir.path(), &["export", "kubernetes"]);
-        if objects.code == 0
-            && let Err(report) = validate_kubernetes(&objects.stdout)
-        {
-            failures.push(format!("{} / kubernetes-validate:\n{report}", case.key));
-        }
-        for (target, expect) in [("kubernetes", case.kubernetes), ("systemd", case.systemd)] {
-            let run = supervise(dir.path(), &["export", target]);
-            if run.code != 0 {
-                failures.push(format!(
-                    "{} / {target}: exit {}\n{}",
-                    case.key, run.code, run.stderr
-                ));
-                continue;
-            }
-            match expect {
-                Maps(text) => {
-                    if !run.stdout.contains(text) {
-                        failures.push(format!(
-                            "{} / {target}: the output lacks {text:?}\n{}",
-                            case.key, run.stdout
-                        ));
-                    }
-                }
-                Warns(text) => {
-                    let placed = run.stderr.lines().any(|l| {
-                        (l.starts_with(&format!("ecosystem.yaml:{line}:"))
-                            || l.starts_with(&format!("ecosystem.yaml:{block_line}:")))
-                            && l.contains(": warning: ")
-                            && l.contains(text)
-                    });
-                    if !placed {
-                        failures.push(format!(
-                            "{} / {target}: no warning {text:?} at line {line} (or {block_line})\n{}",
-                            case.key, run.stderr
-                        ));
-                    }
-                    // A lost key fails --strict.
-                    let strict = supervise(dir.path(), &["export", target, "--strict"]);
-                    if strict.code != 1 {
-                        failures.push(format!(
-                            "{} / {target}: --strict exited {}",
-                            case.key, strict.code
-                        ));
-                    }
-                }
-            }
+    }
+    let streams: Vec<&str> = objects.iter().map(|(_, yaml)| yaml.as_str()).collect();
+    for ((key, _), report) in objects.iter().zip(validate_kubernetes_each(&streams)) {
+        if let Err(report) = report {
+            failures.push(format!("{key} / kubernetes-validate:\n{report}"));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
