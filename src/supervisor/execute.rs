@@ -52,6 +52,11 @@ impl<E: Effects> Supervisor<E> {
                 Action::CancelCheck { pid } => self.effects.cancel_check(pid),
                 Action::MeasureMemory { round, pids } => self.effects.measure_memory(round, pids),
                 Action::SweepSockets => sweep = true,
+                Action::Bind { app, key } => {
+                    let error = self.effects.bind(&key, &app).err().map(|e| e.to_string());
+                    self.core.input(Input::Bound { app, key, error }, now);
+                }
+                Action::RouteOutput => self.effects.route_output(self.core.desired()),
                 Action::Systemd(state) => self.effects.notify_systemd(state),
                 Action::ForgetOutput { app, slot } => self.effects.forget_output(&app, slot),
                 Action::Report(event) => {

@@ -1,5 +1,5 @@
 //! A new version of the file, checked by the config loader off this thread:
-//! valid → bind the sockets it adds, then hand it to the core; invalid or
+//! valid → the core's (which has the sockets it adds bound first); invalid or
 //! unreadable → say so (in the log and in `status`) and keep running the last
 //! good version; the same content in what is now another file changes
 //! nothing here.
@@ -116,24 +116,7 @@ impl<E: Effects> Supervisor<E> {
                     warn!("{}", diagnostics.trim_end());
                 }
                 self.config_error = None;
-                let mut unbound: Vec<(String, String)> = Vec::new();
-                for (app, key) in self.core.sockets_to_bind(&desired) {
-                    if unbound.iter().any(|(failed, _)| *failed == app) {
-                        continue;
-                    }
-                    if let Err(error) = self.effects.bind(&key, &app) {
-                        unbound.push((app, error.to_string()));
-                    }
-                }
-                self.effects.route_output(&desired);
-                self.core.input(
-                    Input::Apply {
-                        desired,
-                        unbound,
-                        trigger,
-                    },
-                    now,
-                );
+                self.core.input(Input::Apply { desired, trigger }, now);
                 self.applied_at = SystemTime::now();
             }
             Load::Invalid { rendered, summary } => {

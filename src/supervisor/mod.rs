@@ -38,7 +38,7 @@ use effects::spawn::ExecStatus;
 use effects::{CheckAnswer, Effects};
 pub use file::{Load, Loaded};
 use model::spec::Desired;
-use supervise_core::Core;
+use supervise_core::{Action, Core};
 
 /// While a stopped worker's leader is gone but its group is not yet empty,
 /// the group is looked at this often.
@@ -126,9 +126,9 @@ impl<E: Effects> Supervisor<E> {
     /// Start the first version's workers.
     pub fn start(&mut self) {
         report::first_applied(&self.shown, self.core.desired());
-        self.effects.route_output(self.core.desired());
         self.tally.applies += 1;
         let now = self.clock();
+        self.execute(vec![Action::RouteOutput], now);
         self.settle(now);
     }
 

@@ -73,6 +73,6 @@ impl<E: Effects> Supervisor<E> {
     fn resumed(&mut self) {
         let now = self.clock();
         self.core.resumed(now);
-        self.effects.route_output(self.core.desired());
+        self.execute(vec![supervise_core::Action::RouteOutput], now);
     }
 }

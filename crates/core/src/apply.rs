@@ -12,11 +12,79 @@ use super::{Action, App, Core, Event, Phase};
 use model::plan::{self, AppChange};
 use model::spec::{Desired, SocketKey};
 
+/// A version of the file waiting for its sockets: the binds asked for and
+/// not answered yet, and the apps whose sockets could not be bound.
+#[derive(Debug)]
+pub(super) struct Binding {
+    desired: Desired,
+    trigger: String,
+    awaited: usize,
+    unbound: Vec<(String, String)>,
+}
+
 impl Core {
+    /// A new version of the file: bind what it adds first, then apply it
+    /// (at once when it adds no socket).
+    pub(super) fn bind_then_apply(&mut self, desired: Desired, trigger: String) {
+        if self.phase == Phase::ShuttingDown {
+            return;
+        }
+        if let Some(superseded) = self.binding.take() {
+            self.anomaly(format!(
+                "a version of the file ({}) was still waiting for {} binds",
+                superseded.trigger, superseded.awaited
+            ));
+        }
+        let keys = self.sockets_to_bind(&desired);
+        if keys.is_empty() {
+            return self.apply(desired, &[], trigger);
+        }
+        self.binding = Some(Binding {
+            desired,
+            trigger,
+            awaited: keys.len(),
+            unbound: Vec::new(),
+        });
+        for (app, key) in keys {
+            self.emit(Action::Bind { app, key });
+        }
+    }
+
+    /// A socket asked for was bound, or not: once every answer is in, the
+    /// version applies, without the apps that could not bind.
+    pub(super) fn bound(&mut self, app: String, key: SocketKey, error: Option<String>) {
+        let Some(binding) = self.binding.as_mut() else {
+            return self.anomaly(format!("{app}: a bind of {key:?} nobody waited for"));
+        };
+        if let Some(error) = error
+            && !binding.unbound.iter().any(|(failed, _)| *failed == app)
+        {
+            binding.unbound.push((app, error));
+        }
+        binding.awaited = binding.awaited.saturating_sub(1);
+        if binding.awaited > 0 {
+            return;
+        }
+        let Some(Binding {
+            desired,
+            trigger,
+            unbound,
+            ..
+        }) = self.binding.take()
+        else {
+            return;
+        };
+        self.apply(desired, &unbound, trigger);
+        if !unbound.is_empty() {
+            // What the apps that keep their old version bound is unwanted.
+            self.emit(Action::SweepSockets);
+        }
+    }
+
     /// The sockets applying `new` binds first: those of added apps and of
     /// changed ones (an address that overlaps its old one binds later, once
     /// the old workers are gone).
-    pub fn sockets_to_bind(&self, new: &Desired) -> Vec<(String, SocketKey)> {
+    fn sockets_to_bind(&self, new: &Desired) -> Vec<(String, SocketKey)> {
         plan::diff(&self.desired, new)
             .into_iter()
             .filter_map(|change| match change {
@@ -33,15 +101,7 @@ impl Core {
             .collect()
     }
 
-    pub(super) fn apply(
-        &mut self,
-        desired: Desired,
-        unbound: &[(String, String)],
-        trigger: String,
-    ) {
-        if self.phase == Phase::ShuttingDown {
-            return;
-        }
+    fn apply(&mut self, desired: Desired, unbound: &[(String, String)], trigger: String) {
         // Before the start is told (`READY=1`, see `startup`), an edit is
         // part of the start: systemd hears neither half of a reload.
         let reload_told = self.started_reported;
@@ -134,6 +194,7 @@ impl Core {
             self.report(Event::Plan(change));
         }
         self.desired = applied;
+        self.emit(Action::RouteOutput);
         self.file_version += 1;
         self.report(Event::Applied {
             trigger,

@@ -50,7 +50,7 @@ use model::process::{Exit, StartError};
 use reconcile::{Plan, Step, StopReason, Target};
 use worker::{AfterStop, Refused, Worker};
 
-use model::spec::{Desired, Readiness};
+use model::spec::{Desired, Readiness, SocketKey};
 
 /// The guard: every app is reconciled at least this often.
 pub const FULL_PASS_INTERVAL: Duration = Duration::from_secs(10);
@@ -121,12 +121,16 @@ pub enum Input {
     /// The memory of instances, `(leader pid, bytes)` (the answer to
     /// [`Action::MeasureMemory`] number `round`).
     MemoryMeasured { round: u64, usage: Vec<(i32, u64)> },
-    /// A new, valid version of the file. `unbound`: apps whose new sockets
-    /// could not be bound (`(app, why)`); they keep their last good version.
-    Apply {
-        desired: Desired,
-        unbound: Vec<(String, String)>,
-        trigger: String,
+    /// A new, valid version of the file. The sockets it adds are bound
+    /// first ([`Action::Bind`], each answered by [`Input::Bound`]); an app
+    /// whose sockets could not be bound keeps its last good version.
+    Apply { desired: Desired, trigger: String },
+    /// The answer to [`Action::Bind`]: `error` says why the socket of `app`
+    /// could not be bound.
+    Bound {
+        app: String,
+        key: SocketKey,
+        error: Option<String>,
     },
     /// SIGINT or SIGTERM: stop everything, then exit.
     Shutdown { why: &'static str },
@@ -163,6 +167,12 @@ pub enum Action {
     /// Sockets may be unwanted now: close those no app needs
     /// ([`Core::wanted_sockets`]).
     SweepSockets,
+    /// Bind (or find) a listening socket a new version of the file needs
+    /// before it applies; answer with [`Input::Bound`] at once.
+    Bind { app: String, key: SocketKey },
+    /// A version of the file was applied: each app's output goes to the log
+    /// file its `log` names from now on (a change restarts nothing).
+    RouteOutput,
     /// Tell systemd (when it supervises us): `READY=1`, `STOPPING=1` …
     Systemd(&'static str),
     /// No worker stands for this slot (or, `None`, this app) any more: its
@@ -254,6 +264,10 @@ pub struct Core {
     /// The wall clock and the instant it was read at (cron schedules).
     #[serde(with = "model::monotonic::wall_pair")]
     wall_clock: (std::time::SystemTime, Instant),
+    /// A version of the file whose sockets are being bound. Not kept across
+    /// a re-exec: the binds are answered within the event that asked.
+    #[serde(skip)]
+    binding: Option<apply::Binding>,
 }
 
 /// A new turn's budget of starts (the default of a restored core).
@@ -289,6 +303,7 @@ impl Core {
             measuring: None,
             memory_rounds: 0,
             wall_clock: (std::time::UNIX_EPOCH, now),
+            binding: None,
         }
     }
 
@@ -434,11 +449,8 @@ impl Core {
                 detail,
             } => self.checked(pid, check, passed, detail, now),
             Input::MemoryMeasured { round, usage } => self.memory_measured(round, usage, now),
-            Input::Apply {
-                desired,
-                unbound,
-                trigger,
-            } => self.apply(desired, &unbound, trigger),
+            Input::Apply { desired, trigger } => self.bind_then_apply(desired, trigger),
+            Input::Bound { app, key, error } => self.bound(app, key, error),
             Input::Shutdown { why } => self.shutdown(why),
             Input::KillAll => self.kill_all(now),
             Input::Tick => self.tick(now),

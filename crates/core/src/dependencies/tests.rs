@@ -114,7 +114,6 @@ fn a_failed_one_shot_holds_its_dependents_until_it_is_fixed_in_the_file() {
     h.core.input(
         Input::Apply {
             desired,
-            unbound: Vec::new(),
             trigger: "test".into(),
         },
         now,
@@ -256,14 +255,7 @@ fn a_cycle_that_slipped_through_still_shuts_down() {
     };
     let now = h.now;
     let trigger = "test".to_string();
-    h.core.input(
-        Input::Apply {
-            desired,
-            unbound: Vec::new(),
-            trigger,
-        },
-        now,
-    );
+    h.core.input(Input::Apply { desired, trigger }, now);
     h.settle();
     h.core.input(Input::Shutdown { why: "SIGTERM" }, now);
     h.settle();
@@ -317,7 +309,6 @@ fn a_halted_one_shot_whose_kept_run_fails_holds_its_dependents() {
     h.core.input(
         Input::Apply {
             desired,
-            unbound: Vec::new(),
             trigger: "test".into(),
         },
         now,

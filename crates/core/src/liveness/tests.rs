@@ -115,7 +115,6 @@ impl Shell {
     fn edit(&mut self, spec: AppSpec) {
         let apply = Input::Apply {
             desired: desired(spec),
-            unbound: Vec::new(),
             trigger: "edit".into(),
         };
         self.core.input(apply, self.now);

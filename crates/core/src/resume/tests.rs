@@ -251,7 +251,6 @@ fn a_removed_app_draining_and_a_shutdown() {
             memory_check: model::spec::defaults::MEMORY_CHECK,
             metrics: Some("127.0.0.1:9100".parse().unwrap()),
         },
-        unbound: Vec::new(),
         trigger: "edit".into(),
     };
     h.core.input(apply, now);

@@ -133,11 +133,7 @@ fn daily_at_three() -> (Harness, std::time::SystemTime) {
         metrics: None,
     };
     let trigger = "test".to_string();
-    let apply = crate::Input::Apply {
-        desired,
-        unbound: Vec::new(),
-        trigger,
-    };
+    let apply = crate::Input::Apply { desired, trigger };
     h.core.input(apply, now);
     h.settle();
     (h, wall)

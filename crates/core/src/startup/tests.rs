@@ -144,7 +144,6 @@ fn edit(h: &mut Harness, apps: Vec<AppSpec>) {
     h.core.input(
         crate::Input::Apply {
             desired,
-            unbound: Vec::new(),
             trigger: "test".into(),
         },
         now,
