@@ -1,6 +1,6 @@
 //! The heavy ones: the CPU of a crash loop, and 1,000 instances.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::common::*;
 
