@@ -10,7 +10,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::common::*;
@@ -50,8 +50,13 @@ struct Tally {
     failed: usize,
 }
 
-/// Requests one after another until `stop` (bounded by [`MAX_REQUESTS`]).
-fn client_loop(port: u16, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Tally> {
+/// Requests one after another until `stop` (bounded by [`MAX_REQUESTS`]),
+/// counting the answered ones in `answered` as they come.
+fn client_loop(
+    port: u16,
+    stop: Arc<AtomicBool>,
+    answered: Arc<AtomicUsize>,
+) -> std::thread::JoinHandle<Tally> {
     std::thread::spawn(move || {
         let mut tally = Tally::default();
         for _ in 0..MAX_REQUESTS {
@@ -59,7 +64,10 @@ fn client_loop(port: u16, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Tall
                 break;
             }
             match get(port) {
-                Ok(true) => tally.ok += 1,
+                Ok(true) => {
+                    tally.ok += 1;
+                    answered.fetch_add(1, Ordering::Relaxed);
+                }
                 Ok(false) => tally.failed += 1,
                 Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => tally.refused += 1,
                 Err(_) => tally.failed += 1,
@@ -202,15 +210,27 @@ fn five_upgrades_under_load_keep_every_worker_and_refuse_no_request() {
     assert_eq!(workers(&before, "hello")[1].2, 1, "{before}");
     let started_at = before["supervisor"]["started_at"].clone();
     let stop = Arc::new(AtomicBool::new(false));
-    let clients: Vec<_> = (0..2).map(|_| client_loop(port, stop.clone())).collect();
-    std::thread::sleep(Duration::from_millis(300));
+    let answered = Arc::new(AtomicUsize::new(0));
+    let clients: Vec<_> = (0..2)
+        .map(|_| client_loop(port, stop.clone(), answered.clone()))
+        .collect();
+    // Each upgrade comes under load: once the clients have had 20 more
+    // requests answered (before the first, and after each).
+    let more_answers = |answered: &AtomicUsize| {
+        let from = answered.load(Ordering::Relaxed);
+        assert!(
+            eventually(WAIT, || answered.load(Ordering::Relaxed) >= from + 20),
+            "the clients are answered"
+        );
+    };
+    more_answers(&answered);
     for n in 1..=5 {
         let said = upgrade(&s, &[]);
         assert!(said.contains(&format!("upgrade {n}")), "{said}");
         s.wait_for("upgraded", |e| {
             e["event"] == "upgraded" && e["upgrades"] == n
         });
-        std::thread::sleep(Duration::from_millis(200));
+        more_answers(&answered);
     }
     stop.store(true, Ordering::Relaxed);
     let tallies: Vec<Tally> = clients
@@ -304,9 +324,11 @@ fn numbered_lines_across_five_upgrades_are_all_in_logs_once() {
         s.wait_for("upgraded", |e| {
             e["event"] == "upgraded" && e["upgrades"] == n
         });
-        std::thread::sleep(Duration::from_millis(200));
+        // Ten lines printed after the takeover (a fifth of a second), so
+        // that each upgrade lands in the middle of the output, and the
+        // last lines asked for come after the last upgrade.
+        lines_after_upgrade(&mut s, 10);
     }
-    std::thread::sleep(Duration::from_millis(500));
     let output = run_client(&s, &["logs", "counter", "-n", "1000"]);
     let text = String::from_utf8_lossy(&output.stdout);
     let numbers: Vec<u64> = text
@@ -325,6 +347,33 @@ fn numbered_lines_across_five_upgrades_are_all_in_logs_once() {
             "a number missing or twice: {pair:?}\n{text}"
         );
     }
+}
+
+/// Wait until `counter` has printed `count` lines after the last
+/// `upgraded` event; the number of the last of them.
+fn lines_after_upgrade(s: &mut Supervised, count: usize) -> u64 {
+    let upgraded = s
+        .events
+        .iter()
+        .rposition(|e| e["event"] == "upgraded")
+        .expect("an upgrade");
+    let after = |s: &Supervised| {
+        s.events[upgraded..]
+            .iter()
+            .filter(|e| e["event"] == "output" && e["app"] == "counter")
+            .count()
+    };
+    assert!(
+        s.until(WAIT, |s| after(s) >= count),
+        "{count} lines after the upgrade\n{}",
+        s.dump()
+    );
+    s.events[upgraded..]
+        .iter()
+        .filter(|e| e["event"] == "output" && e["app"] == "counter")
+        .nth(count - 1)
+        .and_then(|e| e["line"].as_str()?.parse().ok())
+        .expect("a numbered line")
 }
 
 /// A wrapper around this build that, when it takes over (not when probed),
@@ -398,15 +447,18 @@ apps:
 
 #[test]
 fn rollouts_halts_and_holds_carry_over_an_upgrade() {
+    // `rolling`'s instances are ready (by notify) once the file `go-V` of
+    // their version exists: the test holds the rollout under way until
+    // the new image has taken over, however fast or loaded the machine.
     let yaml = |version: &str, bad: &str| {
         format!(
             r#"
 apps:
   rolling:
-    command: [sleep, "1000"]
+    command: [sh, -c, "while [ ! -e go-$V ]; do sleep 0.02; done; exec python3 notify.py"]
     instances: 3
     env: {{V: "{version}"}}
-    ready: {{delay: 3s}}
+    ready: notify
   halting:
     command: [sh, -c, "{bad}"]
     instances: 2
@@ -420,14 +472,17 @@ apps:
 "#
         )
     };
-    let mut s = Supervised::start(&yaml("1", "exec sleep 1000"));
+    let mut s = Supervised::start_with(&yaml("1", "exec sleep 1000"), &[], |dir| {
+        std::fs::write(dir.join("notify.py"), NOTIFY_READY).expect("write");
+        std::fs::write(dir.join("go-1"), "").expect("go-1");
+    });
     s.wait_count("ready", "rolling", 3);
     s.wait_count("ready", "halting", 2);
     s.wait_count("ready", "held", 2);
     assert!(run_client(&s, &["stop", "held.1"]).status.success());
-    // A new version: `rolling` rolls slowly (a new instance every 3 s, so the
-    // rollout is still under way when the new image takes over, however
-    // loaded the machine); `halting`'s replacement fails.
+    // A new version: `rolling`'s first new instance waits for go-2, so
+    // the rollout is under way when the new image takes over; `halting`'s
+    // replacement fails.
     save(&s, &yaml("2", "exit 3"));
     s.wait_for("halted", |e| {
         e["event"] == "rollout_halted" && e["app"] == "halting"
@@ -438,12 +493,20 @@ apps:
     upgrade(&s, &[]);
     s.wait_for("upgraded", |e| e["event"] == "upgraded");
     let upgraded = s.events.len();
+    std::fs::write(s.path("go-2"), "").expect("go-2");
     let status = eventually(WAIT, || {
         app_status(&status_json(&s), "rolling")["rollout"]["complete"] == true
     });
     assert!(status, "the rollout went on: {}", s.dump());
-    // Taken in: what the new image did once it ran.
-    s.until(Duration::from_millis(200), |_| false);
+    // Taken in: what the new image did once it ran, up to the last of
+    // the new instances ready.
+    let ready_at_2 = |s: &Supervised| {
+        s.events
+            .iter()
+            .filter(|e| e["event"] == "ready" && e["app"] == "rolling" && e["generation"] == 2)
+            .count()
+    };
+    assert!(s.until(WAIT, |s| ready_at_2(s) == 3), "{}", s.dump());
     let since = |name: &str, app: &str| {
         s.events[upgraded..]
             .iter()
@@ -483,6 +546,13 @@ apps:
     );
 }
 
+/// A program that says READY=1 on its `NOTIFY_SOCKET`, then sleeps.
+const NOTIFY_READY: &str = "import os, socket, time\n\
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n\
+    a = os.environ['NOTIFY_SOCKET']\n\
+    s.sendto(b'READY=1', '\\0' + a[1:] if a.startswith('@') else a)\n\
+    time.sleep(1000)\n";
+
 /// An executable script at `dir/name`.
 fn script(dir: &Path, name: &str, body: &str, mode: u32) -> String {
     let path = dir.join(name);
@@ -493,7 +563,9 @@ fn script(dir: &Path, name: &str, body: &str, mode: u32) -> String {
 
 #[test]
 fn a_binary_that_fails_the_probe_is_refused_and_nothing_changes() {
-    let (mut s, before) = sleepers(2);
+    // A probe deadline of 2 s instead of 5 s, for the probe that hangs (the
+    // others are scripts that end at once).
+    let (mut s, before) = sleepers_under(&["env", "SUPERVISE_PROBE_TIMEOUT=2s"], 2);
     let dir = s.dir.path().to_path_buf();
     let exits_1 = script(
         &dir,
@@ -518,9 +590,10 @@ fn a_binary_that_fails_the_probe_is_refused_and_nothing_changes() {
     );
     let started = Instant::now();
     let said = refused_upgrade(&s, &["--binary", &hangs]);
-    assert!(said.contains("did not answer within 5s"), "{said}");
+    assert!(said.contains("did not answer within 2s"), "{said}");
+    // At its deadline: not before, and not much after (×3).
     assert!(
-        started.elapsed() < Duration::from_secs(9),
+        (Duration::from_secs(2)..Duration::from_secs(6)).contains(&started.elapsed()),
         "{:?}",
         started.elapsed()
     );
@@ -610,9 +683,17 @@ apps:
     command: [python3, dog.py]
     ready: notify
     watchdog: 1s
+  canary:
+    command: [python3, notify.py]
+    ready: notify
+    watchdog: 1s
+    backoff: {initial: 100ms, max: 100ms}
 "#,
         &[],
         |dir| {
+            // Ready, then silent: its watchdog is missed a second after
+            // each start.
+            std::fs::write(dir.join("notify.py"), NOTIFY_READY).expect("write");
             std::fs::write(
                 dir.join("dog.py"),
                 "import os, socket, time\n\
@@ -632,9 +713,21 @@ apps:
     let slow = slow_binary(s.dir.path(), "3.0");
     upgrade(&s, &["--binary", &slow]);
     s.wait_for("upgraded", |e| e["event"] == "upgraded");
-    // Twice the watchdog after the takeover, taking in every event: a
-    // deadline judged before the pings were taken would have been missed.
-    s.until(Duration::from_secs(2), |_| false);
+    // The new image judges watchdog deadlines: the canary's next miss
+    // after the takeover says it did, at a moment past the deadline the
+    // dog had before the window. Had the dog's pings of the window not
+    // been taken before that, its deadline would have been missed too,
+    // by then.
+    let upgraded = s.events.len();
+    assert!(
+        s.until(WAIT, |s| {
+            s.events[upgraded..]
+                .iter()
+                .any(|e| e["event"] == "watchdog_missed" && e["app"] == "canary")
+        }),
+        "the new image judged no watchdog\n{}",
+        s.dump()
+    );
     assert_eq!(s.count("watchdog_missed", "dog"), 0, "{}", s.dump());
     assert_eq!(workers(&status_json(&s), "dog")[0].2, 0, "no restart");
 }
@@ -823,10 +916,11 @@ fn a_logs_follower_follows_the_new_image_and_ends_with_the_supervisor() {
     let first = number(&received.recv_timeout(WAIT).expect("the tail"));
     upgrade(&s, &[]);
     s.wait_for("upgraded", |e| e["event"] == "upgraded");
-    let upgraded_at = Instant::now();
-    // Lines keep coming, from the new image, well after the upgrade.
+    // Lines keep coming, from the new image, well after the upgrade: the
+    // follower gets the 25th line the counter printed after the takeover.
+    let well_after = lines_after_upgrade(&mut s, 25);
     let mut last = first;
-    while upgraded_at.elapsed() < Duration::from_millis(600) {
+    while last < well_after {
         last = number(
             &received
                 .recv_timeout(WAIT)
