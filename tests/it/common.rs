@@ -287,15 +287,28 @@ impl Supervised {
         }
     }
 
+    /// Take in the events that have arrived, without waiting for more.
+    pub fn take_in(&mut self) {
+        while let Ok(event) = self.lines.try_recv() {
+            self.events.push(event);
+        }
+    }
+
+    /// Take in events up to the end of the supervisor's output (it has
+    /// exited, or is about to): each may take up to [`WAIT`] to come.
+    pub fn read_to_end(&mut self) {
+        while let Ok(event) = self.lines.recv_timeout(WAIT) {
+            self.events.push(event);
+        }
+    }
+
     /// Wait for the supervisor to exit on its own.
     pub fn wait_exit(&mut self, limit: Duration) -> ExitStatus {
         let deadline = Instant::now() + limit;
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
                 // Collect what it printed last, up to the end of its output.
-                while let Ok(event) = self.lines.recv_timeout(WAIT) {
-                    self.events.push(event);
-                }
+                self.read_to_end();
                 return status;
             }
             assert!(

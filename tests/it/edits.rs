@@ -269,8 +269,8 @@ fn terminate(s: &mut Supervised, limit: Duration, findings: &mut Findings) {
             format!("SIGTERM: the supervisor exited with {status} after {took:?}")
         });
     }
-    // Take in what it printed last.
-    s.until(Duration::from_millis(500), |_| false);
+    // Take in what it printed last, to the end of its output.
+    s.read_to_end();
 }
 
 /// One app `web` running `sleep 1000`.
@@ -764,15 +764,22 @@ fn case6_edits_landing_mid_rollout_and_mid_reload_still_finish() {
     let mut findings = Findings::default();
     let version = |value: &str| {
         format!(
-            "apps:\n  web:\n    command: [sleep, \"1000\"]\n    instances: 2\n    ready: {{delay: 2s}}\n    env: {{VERSION: \"{value}\"}}\n"
+            "apps:\n  web:\n    command: [sleep, \"1000\"]\n    instances: 2\n    ready: {{delay: 1s}}\n    env: {{VERSION: \"{value}\"}}\n"
         )
+    };
+    // The first instance of `generation` started: a rollout to it is under
+    // way (that instance is ready only a second later).
+    let rolling_to = |s: &mut Supervised, generation: u64| {
+        s.wait_for("a new instance of the rollout", |e| {
+            e["event"] == "spawned" && e["app"] == "web" && e["generation"] == generation
+        });
     };
     let mut s = Supervised::start(&version("1"));
     s.wait_count("ready", "web", 2);
     let file = s.path("ecosystem.yaml");
 
     save(&file, &version("2"));
-    std::thread::sleep(Duration::from_millis(500));
+    rolling_to(&mut s, 2);
     save(&file, &version("3"));
     let mut last = None;
     let converged = poll(Duration::from_secs(15), Duration::from_millis(200), || {
@@ -795,7 +802,7 @@ fn case6_edits_landing_mid_rollout_and_mid_reload_still_finish() {
     findings.check(converged, || {
         let (outcome, json) = last.take().unwrap();
         format!(
-            "two edits 0.5 s apart: not every instance ready at generation 3 (rollout complete) within 15 s; last status: {}\n  app: {}",
+            "an edit landing mid-rollout of the one before: not every instance ready at generation 3 (rollout complete) within 15 s; last status: {}\n  app: {}",
             outcome.describe(),
             json.as_ref()
                 .and_then(|j| app_of(j, "web"))
@@ -803,7 +810,7 @@ fn case6_edits_landing_mid_rollout_and_mid_reload_still_finish() {
         )
     });
 
-    // `supervise reload web`, and an edit lands 0.5 s later.
+    // `supervise reload web`, and an edit lands once its rollout is under way.
     let dir = s.dir.path().to_path_buf();
     let reload = std::thread::spawn(move || {
         run_bounded(
@@ -814,17 +821,22 @@ fn case6_edits_landing_mid_rollout_and_mid_reload_still_finish() {
             Duration::from_secs(20),
         )
     });
-    std::thread::sleep(Duration::from_millis(500));
+    let reload_to = s.wait_for("the reload", |e| {
+        e["event"] == "reload" && e["app"] == "web"
+    })["generation"]
+        .as_u64()
+        .expect("the reload's generation");
+    rolling_to(&mut s, reload_to);
     save(&file, &version("4"));
     let outcome = reload.join().unwrap();
     findings.check(outcome.code() == Some(0), || {
         format!(
-            "`reload web` with an edit landing 0.5 s later: expected exit 0 within 20 s; {}",
+            "`reload web` with an edit landing mid-rollout: expected exit 0 within 20 s; {}",
             outcome.describe()
         )
     });
-    // Take in what happened meanwhile, for the report.
-    s.until(Duration::from_millis(200), |_| false);
+    // What has come meanwhile, for the report.
+    s.take_in();
     findings.finish(Some(&s));
 }
 
