@@ -550,14 +550,11 @@ fn check_schedule(seed: u64, dependencies: bool) {
     }
 }
 
-/// Play a seed of a sweep; a failure is shrunk and reported.
-fn sweep_seed(seed: u64) {
+/// The failure of a seed of a sweep, shrunk and reported.
+fn sweep_failed(seed: u64, failure: (usize, Violation)) -> ! {
     let dependencies = dependencies_of(seed);
     let (apps, steps) = schedule(seed, dependencies);
-    let groups = groups_of(seed);
-    if let Err(failure) = play(&apps, &steps, groups) {
-        report(seed, dependencies, &apps, &steps, failure);
-    }
+    report(seed, dependencies, &apps, &steps, failure)
 }
 
 /// Shrink a failing schedule and panic with the failure and the minimal trace.
@@ -646,23 +643,78 @@ fn survey(first: u64, seeds: u64) {
 /// is preceded by an upgrade: its state written out and read back, what an
 /// exec loses lost): every invariant holds across them, with workers
 /// crashing, rolling out and shutting down around them.
+/// Play `play` for each seed of `seeds` on as many threads as there are
+/// cores (each seed is its own world: nothing is shared), each thread
+/// taking the next seed not yet played. The outcomes in seed order, up to
+/// the lowest seed that failed: a thread stops at a seed past the lowest
+/// failure found so far, so that seed is the same as in a run on one
+/// thread, however the seeds were shared out.
+fn on_every_core<T: Send, F: Send>(
+    seeds: std::ops::Range<u64>,
+    play: impl Fn(u64) -> Result<T, F> + Sync,
+) -> Result<Vec<T>, (u64, F)> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let next = AtomicU64::new(seeds.start);
+    let lowest_failure = AtomicU64::new(u64::MAX);
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let mut outcomes: Vec<(u64, Result<T, F>)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut played = Vec::new();
+                    loop {
+                        let seed = next.fetch_add(1, Ordering::Relaxed);
+                        if seed >= seeds.end || seed > lowest_failure.load(Ordering::Relaxed) {
+                            return played;
+                        }
+                        let outcome = play(seed);
+                        if outcome.is_err() {
+                            lowest_failure.fetch_min(seed, Ordering::Relaxed);
+                        }
+                        played.push((seed, outcome));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|worker| worker.join().expect("a seed's thread panicked"))
+            .collect()
+    });
+    outcomes.sort_by_key(|(seed, _)| *seed);
+    let mut passed = Vec::new();
+    for (seed, outcome) in outcomes {
+        match outcome {
+            Ok(value) => passed.push(value),
+            Err(failure) => return Err((seed, failure)),
+        }
+    }
+    Ok(passed)
+}
+
 #[test]
 fn seeded_schedules_upgrade_the_supervisor_and_keep_every_invariant() {
-    let mut upgrades = 0;
-    for seed in 1..=200 {
-        let dependencies = dependencies_of(seed);
-        let (apps, steps) = schedule(seed, dependencies);
+    let played = on_every_core(1..201, |seed| {
+        let (apps, steps) = schedule(seed, dependencies_of(seed));
         let mut world = match groups_of(seed) {
             Groups::Polled => World::new(apps.clone()),
             Groups::Announced => World::with_cgroups(apps.clone()),
         };
         for (index, step) in steps.iter().enumerate() {
-            if let Err(violation) = world.step(step.clone()) {
-                report(seed, dependencies, &apps, &steps, (index + 1, violation));
-            }
+            world
+                .step(step.clone())
+                .map_err(|violation| (index + 1, violation))?;
         }
-        upgrades += world.upgrades;
-    }
+        Ok(world.upgrades)
+    });
+    let upgrades: u64 = match played {
+        Ok(upgrades) => upgrades.into_iter().sum(),
+        Err((seed, failure)) => {
+            let dependencies = dependencies_of(seed);
+            let (apps, steps) = schedule(seed, dependencies);
+            report(seed, dependencies, &apps, &steps, failure)
+        }
+    };
     assert!(upgrades > 1000, "only {upgrades} upgrades in 200 seeds");
     println!("200 seeds: {upgrades} upgrades, every invariant held");
 }
@@ -680,8 +732,12 @@ fn seeded_schedules_keep_every_invariant() {
     if std::env::var_os("SIM_KEEP_GOING").is_some() {
         return survey(first, seeds);
     }
-    for seed in first..first + seeds {
-        sweep_seed(seed);
+    let played = on_every_core(first..first + seeds, |seed| {
+        let (apps, steps) = schedule(seed, dependencies_of(seed));
+        play(&apps, &steps, groups_of(seed))
+    });
+    if let Err((seed, failure)) = played {
+        sweep_failed(seed, failure);
     }
     println!(
         "{seeds} seeds from {first}: every invariant held ({:.1?})",
