@@ -35,7 +35,7 @@
 //! world: workers are forked by a small spawner process
 //! ([`effects::spawn::Spawner`]) with everything prepared before the fork,
 //! output is pumped through bounded queues, an undertaker kills every group
-//! if the supervisor dies. [`supervisor::run`] owns the event sources: one
+//! if the supervisor dies. [`supervisor::launch`] starts the loop, which owns the event sources: one
 //! SIGCHLD stream, SIGINT/SIGTERM/SIGHUP, the config loader, exec-status
 //! reports, probes, the notify socket, the control socket ([`control`]),
 //! the `/metrics` endpoint ([`effects::metrics`], which renders a snapshot

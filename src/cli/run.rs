@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use super::{CgroupMode, Cli, LogStyle, ecosystem_path, err, exit};
-use crate::supervisor::run::{Launch, Origin, run as run_loop};
+use crate::supervisor::launch::{Launch, Origin, run as run_loop};
 use crate::supervisor::upgrading::Lineage;
 use crate::supervisor::worker_base_env;
 use crate::upgrade::Handover;

@@ -6,25 +6,28 @@
 //! version of the file, an exec status, a probe result, a notify datagram, a
 //! health check's answer, a memory measurement, a timer) and does not return
 //! before the core has settled: every spawn it ordered has been tried and its
-//! result fed back. It is generic over the
-//! effects, so the same code runs on the real system ([`run`]) and in the
+//! result fed back. It is generic over the effects, so the same code runs
+//! on the real system (the loop: [`launch`], `run`) and in the
 //! deterministic simulation (crates/sim) over a fake process table.
 //!
-//! One concern per file: [`execute`] (actions → effects), [`exits`]
-//! (reaping and draining groups), [`readiness`] (exec status, probes, notify),
-//! [`file`] (a new version of the file, its sockets), [`control`] (commands),
-//! [`status`], [`metrics`] (the `/metrics` snapshot), [`shutdown`],
-//! [`report`] (events → log), [`run`] (the real event sources).
+//! One concern per file: `execute` (the one executor: actions → effects),
+//! `exits` (reaping and draining groups), `readiness` (exec status,
+//! probes, notify), [`file`] (a new version of the file), `commands` (from
+//! the control socket), `status`, `snapshot` (for `/metrics`), `shutdown`,
+//! [`report`] (events → log), [`upgrade`] and [`upgrading`] (what an
+//! upgrade hands over, and its steps), [`launch`] and `run` (the real loop:
+//! how it starts, and its turns).
 
-mod control;
+mod commands;
 mod execute;
 mod exits;
 pub mod file;
-mod metrics;
+pub mod launch;
 mod readiness;
 pub mod report;
-pub mod run;
+mod run;
 mod shutdown;
+mod snapshot;
 mod status;
 pub mod upgrade;
 pub mod upgrading;

@@ -145,18 +145,18 @@ pub trait Shell {
 
 /// The real loop's part: its sockets, its claim on the runtime directory,
 /// its history, the file's last version seen.
-pub struct LoopShell<'a> {
+pub struct LoopShell {
     pub control: Option<RawFd>,
     pub notify: Option<(RawFd, String)>,
     pub claim: ClaimState,
-    pub lineage: &'a Lineage,
+    pub lineage: Lineage,
     pub seen_hash: [u8; 32],
     pub identity: Option<FileIdentity>,
-    pub logs: &'a LogHub,
+    pub logs: std::sync::Arc<LogHub>,
     pub metrics: crate::metrics::endpoint::MetricsState,
 }
 
-impl Shell for LoopShell<'_> {
+impl Shell for LoopShell {
     type State = ShellState;
 
     fn state(&self, client: Option<RawFd>) -> ShellState {
@@ -175,7 +175,7 @@ impl Shell for LoopShell<'_> {
     }
 
     fn logs(&self) -> &LogHub {
-        self.logs
+        &self.logs
     }
 
     fn default_binary(&self) -> &std::path::Path {
