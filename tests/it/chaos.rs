@@ -129,12 +129,23 @@ fn chaos_keeps_the_count_and_leaks_nothing() {
             s.dump()
         );
         println!("count restored {:?} after the storm", storm_over.elapsed());
-        // Let the restored workers' pumps and handles settle.
-        s.until(Duration::from_secs(2), |s| {
-            let ready = s.count("ready", "web");
-            let spawned = s.count("spawned", "web");
-            ready + s.count("start_failed", "web") >= spawned
-        });
+        // The restored workers' starts settled (their exec-status pipes and
+        // readiness timers done with): the supervisor has said that each of
+        // the 8 it runs is ready.
+        let settled = |s: &Supervised| {
+            let running = s.running_pids("web");
+            running.len() == 8
+                && running.iter().all(|pid| {
+                    s.events
+                        .iter()
+                        .any(|e| e["event"] == "ready" && e["pid"] == *pid)
+                })
+        };
+        assert!(
+            s.until(RESTORE_BOUND, settled),
+            "the 8 restored workers were not all ready within {RESTORE_BOUND:?}\n{}",
+            s.dump()
+        );
     };
     let baseline_fds = fd_count(supervisor);
 
@@ -188,13 +199,17 @@ fn chaos_keeps_the_count_and_leaks_nothing() {
             .filter(|p| process_state(*p) == Some('Z'))
             .collect::<Vec<_>>()
     };
+    // A zombie seen now is reaped within a second (a leaked one would stay).
     let first = zombies();
-    std::thread::sleep(Duration::from_millis(200));
+    let reaped = eventually(Duration::from_secs(1), || {
+        let now = zombies();
+        first.iter().all(|p| !now.contains(p))
+    });
     let lasting: Vec<i32> = first
         .into_iter()
         .filter(|p| zombies().contains(p))
         .collect();
-    assert!(lasting.is_empty(), "zombies: {lasting:?}");
+    assert!(reaped, "zombies: {lasting:?}");
     assert!(
         s.until(WAIT, |_| fd_count(supervisor) == baseline_fds),
         "fds {} after the storms, {baseline_fds} before",
