@@ -266,14 +266,14 @@ struct Prometheus {
 }
 
 impl Prometheus {
-    /// Start one that scrapes `target` every second.
+    /// Start one that scrapes `target` twice a second.
     fn start(target: SocketAddr) -> Prometheus {
         let dir = tempfile::tempdir().expect("a temp dir");
         let config = dir.path().join("prometheus.yml");
         std::fs::write(
             &config,
             format!(
-                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: supervise\n    static_configs:\n      - targets: [\"{target}\"]\n"
+                "global:\n  scrape_interval: 500ms\n  scrape_timeout: 500ms\nscrape_configs:\n  - job_name: supervise\n    static_configs:\n      - targets: [\"{target}\"]\n"
             ),
         )
         .expect("the scrape config is written");
