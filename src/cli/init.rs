@@ -92,7 +92,7 @@ pub fn template(command: &[String], name: Option<&str>) -> String {
 # The ecosystem file of supervise: every app under `apps` is kept running
 # as declared. `supervise check` checks it, `supervise` runs it, and an edit
 # while it runs is followed at once (scaled, or replaced without downtime).
-# Every key is in the README; ecosystem.schema.json (`supervise schema`)
+# Every key is in the manual (docs/src/reference/keys.md); the schema (`supervise schema`)
 # lets an editor complete and check them.
 
 apps:

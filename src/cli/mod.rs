@@ -123,7 +123,7 @@ pub enum Command {
         /// One line per instance even for apps with many.
         #[arg(long)]
         all: bool,
-        /// The status as JSON (stable; see the README).
+        /// The status as JSON (stable; see the manual, docs/src/commands.md).
         #[arg(long)]
         json: bool,
     },

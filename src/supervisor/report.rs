@@ -1,6 +1,6 @@
 //! The core's events, as log lines: a sentence for people, and with
-//! `--log-format json` an `event` name and fields — a stable interface (README
-//! "Event log") that tests and scripts wait on.
+//! `--log-format json` an `event` name and fields — a stable interface (the manual's
+//! event log, docs/src/events.md) that tests and scripts wait on.
 
 use std::time::Duration;
 
@@ -285,7 +285,7 @@ pub fn event(event: &Event, shown: &str) {
                 "{} {when} {} through libc's bind(): the preload library of `inject` did not reach it \
                  (a static binary, as Go and musl builds are, a program with file capabilities, or one that makes raw syscalls; \
                  its own bind() of the port supervise holds fails with EADDRINUSE); have it take its socket from the fd \
-                 supervise passes (3 for the first `listen` address, as LISTEN_FDS and LISTEN_FDNAMES say; see README) \
+                 supervise passes (3 for the first `listen` address, as LISTEN_FDS and LISTEN_FDNAMES say; see the manual) \
                  and drop `inject` (a program that already does, as gunicorn, needs no `inject`)",
                 label(instance),
                 addresses.join(", ")

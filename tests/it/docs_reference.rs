@@ -5,7 +5,7 @@
 //! `schemas/ecosystem.schema.json` (itself generated from the types that parse
 //! the file, and kept fresh by the schema test): every key with its type, its
 //! default and its description, as the schema gives them. The test fails when
-//! the committed page is not that rendering; `UPDATE_DOCS=1 cargo test --test
+//! the committed page is not that rendering; `UPDATE_DOCS=1 cargo test --test it
 //! docs_reference` writes it instead. The other tests check that every page
 //! `docs/src/SUMMARY.md` lists exists (and that every page is listed), and that
 //! every relative link in `docs/src` and `README.md` leads to a file that
@@ -54,7 +54,7 @@ fn the_key_reference_is_rendered_from_the_schema() {
             .position(|(a, b)| a != b)
             .unwrap_or_else(|| committed.lines().count().min(rendered.lines().count()));
         panic!(
-            "{PAGE} is stale (it first differs at line {}): run `UPDATE_DOCS=1 cargo test --test docs_reference`",
+            "{PAGE} is stale (it first differs at line {}): run `UPDATE_DOCS=1 cargo test --test it docs_reference`",
             line + 1
         );
     }
@@ -541,8 +541,8 @@ fn render(schema: &Value) -> String {
 
     let mut out = String::new();
     out.push_str(
-        "<!-- Generated from schemas/ecosystem.schema.json by tests/docs_reference.rs: do not edit.\n     \
-         `UPDATE_DOCS=1 cargo test --test docs_reference` writes it again. -->\n\n",
+        "<!-- Generated from schemas/ecosystem.schema.json by tests/it/docs_reference.rs: do not edit.\n     \
+         `UPDATE_DOCS=1 cargo test --test it docs_reference` writes it again. -->\n\n",
     );
     out.push_str("# Key reference\n\n");
     out.push_str(

@@ -808,7 +808,7 @@ fn values_check_would_refuse_are_adjusted_or_left_out_with_a_warning_at_their_li
 }
 
 /// A pm2 file in JavaScript without node on the PATH: a clear error, the
-/// way out, and exit code 1 (the operation is refused; README, Exit codes).
+/// way out, and exit code 1 (the operation is refused; the manual, Exit codes).
 #[test]
 fn a_javascript_pm2_file_without_node_is_a_clear_error() {
     let dir = copy_of("pm2");

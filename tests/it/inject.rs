@@ -340,7 +340,7 @@ fn python_http_server_serves_from_every_instance_and_reloads_refusing_nothing() 
     );
     // http.server dies at once on SIGTERM (it sets no handler): a
     // connection it had accepted then is cut, reset or closed unanswered
-    // (the README says so). The client has one connection open at a time,
+    // (the manual says so). The client has one connection open at a time,
     // so each of the 3 stopped instances cut at most one, and none that
     // lives cut any.
     let cut: usize = tally.cut.values().sum();

@@ -11,6 +11,7 @@ mod check_fixtures;
 mod cluster;
 mod common;
 mod control;
+mod docs_reference;
 mod edits;
 mod escape;
 mod examples;

@@ -110,7 +110,7 @@ apps:
     );
 }
 
-/// `run_on_start` runs once at start; editing the schedule (the README:
+/// `run_on_start` runs once at start; editing the schedule (the manual:
 /// "restarts nothing", and the plan line says so) must not run the job.
 #[test]
 fn editing_the_schedule_of_a_run_on_start_app_does_not_run_it() {

@@ -4,7 +4,7 @@
 //! restart 3 in 800ms`. JSON format (`--log-format json`): one object per line
 //! with `timestamp`, `level`, `message` and the event's fields (`event`, `app`,
 //! `slot`, `pid`, `generation`, …) at the top level — a stable interface that
-//! tests and scripts rely on (README "Event log").
+//! tests and scripts rely on (the manual's event log, docs/src/events.md).
 
 use std::fmt;
 use std::io::{self, Write};

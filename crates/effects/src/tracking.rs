@@ -16,7 +16,7 @@
 //!   undertaker kills the recorded process groups and every carrier of the
 //!   run's token. An orphan that cleared its environment is not attributed
 //!   to its instance, and one that also left its process group survives a
-//!   SIGKILL of the supervisor — the README says so.
+//!   SIGKILL of the supervisor — the manual says so (docs/src/process-tracking.md).
 //!
 //! Either way, a run that dies with its undertaker is cleaned by the next
 //! run of the same file: its cgroup tree is found by name, its token in the

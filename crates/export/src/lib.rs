@@ -17,7 +17,7 @@
 //!
 //! Warnings are about keys that are written (in the app or in `defaults`):
 //! a default that an engine does differently (Kubernetes' own crash-loop
-//! backoff, say) is documented in the README's mapping table, not repeated
+//! backoff, say) is documented in the manual's mapping table (docs/src/export.md), not repeated
 //! for every app of every file. One default is warned about all the same,
 //! at the app's name: the exponential backoff under a systemd without
 //! `RestartSteps=`, where a crash loop would restart every 100ms for ever. Facts about the output that are not about a
@@ -253,7 +253,7 @@ impl<'a> Notes<'a> {
 
     /// Warn about `field` of `app` where it is written (the app, or
     /// `defaults`, once for every app that inherits it). Nothing when the
-    /// field is not written: the README documents what defaults become.
+    /// field is not written: the manual documents what defaults become.
     /// Returns whether it was written.
     pub fn warn(&mut self, app: &str, field: &[&str], message: impl Into<String>) -> bool {
         self.warn_with_help(app, field, message, None::<String>)

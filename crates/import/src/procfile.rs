@@ -91,7 +91,7 @@ pub fn translate(text: &str, source: &str) -> Draft {
             || command.contains("${PORT-");
         if uses_port {
             app.set("env", json!({"PORT": format!("{{instance+{port}}}")}));
-            app.note(Some(line), format!("`$PORT`: {port} for the first instance, one more for each next, as foreman gives it.\nTo serve one port from every instance, write `listen: 127.0.0.1:{port}` instead (supervise then sets PORT\nand shares the socket as fd 3: see the README, Cluster mode)"));
+            app.note(Some(line), format!("`$PORT`: {port} for the first instance, one more for each next, as foreman gives it.\nTo serve one port from every instance, write `listen: 127.0.0.1:{port}` instead (supervise then sets PORT\nand shares the socket as fd 3: see the manual, Cluster mode)"));
         }
         if process_type == "release" {
             app.set("restart", json!("never"));

@@ -62,7 +62,7 @@ impl AppExport<'_> {
     /// a probe of a port another app listens on — a warning: in a cluster
     /// every app is a pod of its own, and its 127.0.0.1 is its own. Only
     /// what the file says precisely: a port alone, or an address in the
-    /// program's code, is the README's to explain.
+    /// program's code, is the manual's to explain.
     pub(super) fn loopback_across_pods(&self, notes: &mut Notes) {
         let app = &self.app.name;
         let mine = probe_targets(self.app);

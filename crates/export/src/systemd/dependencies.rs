@@ -34,7 +34,7 @@ impl AppUnits<'_> {
     ///   instance's stop or restart stops or restarts every instance of
     ///   this app — each time, where supervise replaces it once, after every
     ///   instance it saw was replaced and the new ones meet the condition
-    ///   (the README says so). The `After=` orders that restart after the
+    ///   (the manual says so). The `After=` orders that restart after the
     ///   instance's: the one through the target does not, as the target
     ///   takes no part in it (on systemd 252 the dependent came back before
     ///   the instance had);

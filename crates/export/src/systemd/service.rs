@@ -73,7 +73,7 @@ impl AppUnits<'_> {
                     "systemd has no readiness probe: an instance counts as started once its program runs",
                 );
             }
-            // The default delay is not written: the README says what it becomes.
+            // The default delay is not written: the manual says what it becomes.
             Readiness::Delay(delay) if self.source.written(name, &["ready", "delay"]).is_some() => {
                 if oneshot {
                     self.warn(

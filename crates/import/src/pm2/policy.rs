@@ -41,7 +41,7 @@ pub(super) fn instances(app: &Pm2App, draft: &mut DraftApp, used: &mut Vec<Strin
     if let Some((value, line)) = app.get("exec_mode") {
         used.push("exec_mode".to_string());
         if matches!(value.as_str(), Some("cluster" | "cluster_mode")) {
-            draft.note(line, "pm2 ran this app in cluster mode, where node shared the port the app listens on.\nUnder supervise every instance is a process of its own: declare the port with `listen: HOST:PORT`\nand have the app use fd 3 (LISTEN_FDS) when it is set, or read PORT (see the README, Cluster mode).");
+            draft.note(line, "pm2 ran this app in cluster mode, where node shared the port the app listens on.\nUnder supervise every instance is a process of its own: declare the port with `listen: HOST:PORT`\nand have the app use fd 3 (LISTEN_FDS) when it is set, or read PORT (see the manual, Cluster mode).");
         }
     }
     let count = match app.get("instances") {

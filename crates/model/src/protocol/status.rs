@@ -1,6 +1,6 @@
 //! The reply to `status`: one set of types, serialized by the supervisor and
 //! read by every client (`status`, `reload`, `scale`), so the two can never
-//! disagree on a field. The JSON form is documented in the README and stable.
+//! disagree on a field. The JSON form is documented in the manual (docs/src/commands.md) and stable.
 
 use serde::{Deserialize, Serialize};
 
