@@ -1,9 +1,15 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use super::render::render;
+use super::snapshot::{AppSeries, InstanceSeries, Measured, SlotUsage};
+use super::tally::{ExitReason, SlotCounts};
 use super::*;
-use model::process::{StartError, StartStage};
-use supervise_core::worker::Outcome;
+use effects::GroupUsage;
+use model::process::{Exit, StartError, StartStage};
+use supervise_core::Event;
+use supervise_core::event::Instance;
+use supervise_core::worker::{Decision, Outcome, StopEnd};
 
 fn web(slot: u32) -> Instance {
     Instance {

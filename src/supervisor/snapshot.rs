@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::Supervisor;
-use crate::metrics::{AppSeries, InstanceSeries, Snapshot};
+use crate::metrics::snapshot::{AppSeries, InstanceSeries, Snapshot};
 use effects::Effects;
 use supervise_core::worker::Worker;
 
