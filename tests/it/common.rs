@@ -287,6 +287,25 @@ impl Supervised {
         }
     }
 
+    /// Every event the supervisor logged before this call, taken in: a
+    /// SIGHUP makes it read its (unchanged) file again in a turn of its
+    /// own, and say `applied`; what it decided in any earlier turn was
+    /// logged before that. For asserting that something was not done.
+    /// (The file version goes up by one; nothing else changes.)
+    pub fn barrier(&mut self) {
+        let applied = |e: &Value| e["event"] == "applied";
+        let before = self.events.iter().filter(|e| applied(e)).count();
+        self.signal(libc::SIGHUP);
+        let deadline = Instant::now() + WAIT;
+        while self.events.iter().filter(|e| applied(e)).count() <= before {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(event) => self.events.push(event),
+                Err(_) => panic!("no `applied` after a SIGHUP\n{}", self.dump()),
+            }
+        }
+    }
+
     /// Take in the events that have arrived, without waiting for more.
     pub fn take_in(&mut self) {
         while let Ok(event) = self.lines.try_recv() {
@@ -392,26 +411,6 @@ pub fn sigkill_leaves_nothing(s: &mut Supervised) {
     );
     let left: Vec<i32> = tree.iter().copied().filter(|p| !is_gone(*p)).collect();
     assert!(all_gone, "survivors: {left:?}");
-}
-
-/// How long ago process `pid` started (from /proc: its start time in
-/// clock ticks since boot, against the uptime); `None` once it is gone.
-pub fn age(pid: i32) -> Option<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
-    // Field 22 of stat; the first after the name is field 3.
-    let started_ticks: f64 = fields.get(19)?.parse().ok()?;
-    let uptime: f64 = std::fs::read_to_string("/proc/uptime")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    Some(Duration::from_secs_f64(
-        (uptime - started_ticks / ticks).max(0.0),
-    ))
 }
 
 /// The child of `pid` running with `arg` (a helper: `__spawner`, `__undertaker`).

@@ -106,10 +106,28 @@ apps:
         "the replacement is ready before the unhealthy one stops:\n{}",
         s.dump()
     );
-    // The replacement counts as a restart and stays healthy.
+    // The replacement counts as a restart and stays healthy: five of its
+    // checks judged (checks never overlap: the sixth comes after the
+    // fifth's answer), and none was said failed.
+    let replacement = new_pid.as_i64().expect("a pid");
     assert!(
-        s.next_within(Duration::from_millis(1500), |e| e["event"] == "unhealthy")
-            .is_none()
+        eventually(WAIT, || checks_received(&s, replacement) >= 6),
+        "the replacement was checked only {} times\n{}",
+        checks_received(&s, replacement),
+        s.dump()
+    );
+    s.barrier();
+    let judged = |name: &str| {
+        s.events
+            .iter()
+            .filter(|e| e["event"] == name && e["pid"] == replacement)
+            .count()
+    };
+    assert_eq!(
+        (judged("check_failed"), judged("unhealthy")),
+        (0, 0),
+        "{}",
+        s.dump()
     );
     let status = supervise_status(&s);
     let worker = &status["apps"][0]["workers"][0];
@@ -133,17 +151,29 @@ apps:
     let mut s = Supervised::start_with(&yaml, &[], |dir| {
         std::fs::write(dir.join("health_server.py"), HEALTH_SERVER).unwrap();
     });
+    let pid = s.wait_event("spawned", "web")["pid"]
+        .as_i64()
+        .expect("a pid");
     let failed = s.wait_event("check_failed", "web");
     assert_eq!(failed["failures"], 1);
     s.wait_event("healthy", "web");
+    // Four checks after the one that failed, each judged (checks never
+    // overlap: the seventh comes after the sixth's answer), and none failed;
+    // a second failure next to the first would have been two in a row.
     assert!(
-        s.next_within(Duration::from_secs(2), |e| {
-            e["event"] == "unhealthy" || e["event"] == "stopping"
-        })
-        .is_none(),
+        eventually(WAIT, || checks_received(&s, pid) >= 7),
+        "checked only {} times\n{}",
+        checks_received(&s, pid),
+        s.dump()
+    );
+    s.barrier();
+    assert_eq!(
+        (s.count("unhealthy", "web"), s.count("stopping", "web")),
+        (0, 0),
         "{}",
         s.dump()
     );
+    assert_eq!(s.count("check_failed", "web"), 1, "{}", s.dump());
     assert_eq!(s.count("spawned", "web"), 1, "{}", s.dump());
 }
 
@@ -179,7 +209,7 @@ apps:
     let mut s = Supervised::start(&yaml);
     s.wait_count("check_failed", "worker", 5);
     let fds = fd_count(s.pid());
-    s.wait_count("check_failed", "worker", 105);
+    s.wait_count("check_failed", "worker", 55);
     let failed = s.wait_event("check_failed", "worker");
     assert_eq!(failed["detail"], "no answer within 50ms", "{failed}");
     // Each check was killed at its timeout and reaped — also one reaped
@@ -446,23 +476,41 @@ apps:
 "#;
     let mut s = Supervised::start(yaml);
     let pid = s.wait_event("spawned", "silent")["pid"].as_i64().unwrap() as i32;
-    s.wait_event("ready", "silent");
+    let ready = s.wait_event("ready", "silent");
     let socket = notify_socket_of(pid);
     let outsider = std::os::unix::net::UnixDatagram::unbound().unwrap();
     let started = Instant::now();
-    // Pings that name the worker, from outside its group: not its own.
-    while started.elapsed() < Duration::from_millis(1500) {
+    // Pings that name the worker, from outside its group (not its own),
+    // every 100 ms until the watchdog is said missed.
+    let missed = loop {
         let ping = format!("MAINPID={pid}\nWATCHDOG=1");
         let _ = outsider.send_to_addr(ping.as_bytes(), &socket);
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let missed = s.wait_event("watchdog_missed", "silent");
+        if let Some(missed) = s.next_within(Duration::from_millis(100), |e| {
+            e["event"] == "watchdog_missed" && e["app"] == "silent"
+        }) {
+            break missed;
+        }
+        assert!(started.elapsed() < WAIT, "no watchdog_missed\n{}", s.dump());
+    };
     assert_eq!(missed["pid"], pid);
     assert_eq!(missed["triggered"], false, "{missed}");
+    // Missed at its deadline, 1 s after ready (+1 s), though pinged all along.
+    let after_ready = timestamp_ms(&missed) - timestamp_ms(&ready);
     assert!(
-        started.elapsed() < Duration::from_millis(2500),
-        "the silent worker was kept alive by another process's pings"
+        (1000.0..2000.0).contains(&after_ready),
+        "missed {after_ready} ms after ready: the silent worker was kept alive by another process's pings"
     );
+}
+
+/// When process `pid` started, in clock ticks since boot (`None` once it
+/// is gone): with the pid, it names one process.
+fn started_at(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
 }
 
 /// A supervisor without cgroups of one sleeping worker whose health is the
@@ -478,26 +526,37 @@ fn checked_without_cgroups(command: &str, timing: &str) -> Supervised {
 fn without_cgroups_what_exec_checks_leave_is_killed_too() {
     let token = format!("check-child-{}", std::process::id());
     let mut s = checked_without_cgroups(
-        &format!("python3 -c 'import time; time.sleep(1000)' {token} & exit 0"),
+        &format!("echo run >> runs; python3 -c 'import time; time.sleep(1000)' {token} & exit 0"),
         "every: 50ms, timeout: 1s",
     );
     s.wait_count("spawned", "worker", 1);
-    // 100 checks, each leaving a child that is in execve (python starting)
+    // 60 checks, each leaving a child that is in execve (python starting)
     // when its check ends: each is killed at that check's end or at one of
-    // the next (50 ms apart). Judged by age, not by how many are alive at
-    // one moment (that depends on how fast the machine starts python): none
-    // may live on for three seconds (a leak would live for the whole test).
-    let mut oldest = Duration::ZERO;
+    // the next (50 ms apart). Judged by how many checks a child outlives,
+    // counted in `runs` (each check adds a line as it starts), not by how
+    // many are alive at one moment nor by the clock (both depend on how fast
+    // the machine starts python): none may live on through five more checks
+    // (a leak would live for the whole test).
+    let runs = || std::fs::read_to_string(s.path("runs")).map_or(0, |text| text.lines().count());
+    // Each child (by pid and start time) and the run count it was seen at.
+    let mut seen = std::collections::BTreeMap::new();
+    let mut outlived = 0;
     let started = Instant::now();
-    while started.elapsed() < Duration::from_secs(5) {
+    while runs() < 60 {
+        assert!(started.elapsed() < WAIT * 2, "only {} checks ran", runs());
+        let now = runs();
         for pid in crate::common::with_argument(&token) {
-            oldest = oldest.max(crate::common::age(pid).unwrap_or_default());
+            let Some(start) = started_at(pid) else {
+                continue;
+            };
+            let first = *seen.entry((pid, start)).or_insert(now);
+            outlived = outlived.max(now - first);
         }
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(20));
     }
     assert!(
-        oldest < Duration::from_secs(3),
-        "a child of an ended check lived {oldest:?}"
+        outlived < 5,
+        "a child of an ended check lived through {outlived} more checks"
     );
     assert_eq!(s.count("check_failed", "worker"), 0, "{}", s.dump());
     s.signal(libc::SIGTERM);
