@@ -103,6 +103,45 @@ pub fn unlistening(closed: &SocketKey) {
 /// Log one event of the core.
 pub fn event(event: &Event, shown: &str) {
     match event {
+        Event::Spawned { .. }
+        | Event::StartFailed { .. }
+        | Event::Ready { .. }
+        | Event::AllReady
+        | Event::StartedPartly { .. }
+        | Event::Exited { .. }
+        | Event::Stopping { .. }
+        | Event::Killing { .. }
+        | Event::Stopped { .. }
+        | Event::Shutdown { .. }
+        | Event::KillAll => process(event),
+        Event::RolloutHalted { .. }
+        | Event::Plan(_)
+        | Event::Applied { .. }
+        | Event::BindFailed { .. }
+        | Event::Reload { .. } => file(event, shown),
+        Event::ForeignNotify { .. }
+        | Event::NotInjected { .. }
+        | Event::CheckFailed { .. }
+        | Event::Healthy { .. }
+        | Event::Unhealthy { .. }
+        | Event::MemoryExceeded { .. }
+        | Event::WatchdogMissed { .. }
+        | Event::Recycling { .. } => liveness(event),
+        Event::WaitingFor { .. }
+        | Event::DependenciesMet { .. }
+        | Event::DependencyFailed { .. }
+        | Event::DependencyRestarted { .. }
+        | Event::RunDue { .. }
+        | Event::RunSkipped { .. }
+        | Event::RunQueued { .. }
+        | Event::RunEnded { .. } => order(event),
+        Event::Reconciled { .. } | Event::Ignored(_) | Event::Anomaly(_) => own(event),
+    }
+}
+
+/// A process started, became ready, ended or was stopped; shutdown.
+fn process(event: &Event) {
+    match event {
         Event::Spawned { instance, pid } => info!(
             event = "spawned", app = %instance.app, slot = instance.slot, pid, generation = instance.generation,
             "{} started (pid {pid})", label(instance)
@@ -217,6 +256,22 @@ pub fn event(event: &Event, shown: &str) {
                 }
             }
         }
+        Event::Shutdown { why, processes } => info!(
+            event = "shutdown",
+            signal = why,
+            "{why}: stopping {processes} processes (SIGINT again kills them at once)"
+        ),
+        Event::KillAll => warn!(
+            event = "kill_all",
+            "second SIGINT: killing every process group now"
+        ),
+        _ => {}
+    }
+}
+
+/// A version of the file: its plan, its rollout, its sockets.
+fn file(event: &Event, shown: &str) {
+    match event {
         Event::RolloutHalted { instance } => error!(
             event = "rollout_halted", app = %instance.app, slot = instance.slot, generation = instance.generation,
             "{}: rollout halted: the replacement for slot {} failed; the old instances keep serving",
@@ -250,15 +305,14 @@ pub fn event(event: &Event, shown: &str) {
             event = "reload", app = %app, generation,
             "{app}: reload requested; rolling replace of {}", plural(*instances as usize, "instance")
         ),
-        Event::Shutdown { why, processes } => info!(
-            event = "shutdown",
-            signal = why,
-            "{why}: stopping {processes} processes (SIGINT again kills them at once)"
-        ),
-        Event::KillAll => warn!(
-            event = "kill_all",
-            "second SIGINT: killing every process group now"
-        ),
+        _ => {}
+    }
+}
+
+/// What a running instance was found to be: checks, memory, watchdog, the
+/// notify socket and the preload library.
+fn liveness(event: &Event) {
+    match event {
         Event::ForeignNotify {
             app,
             pid,
@@ -373,6 +427,13 @@ pub fn event(event: &Event, shown: &str) {
             "{} {why}: a new instance starts in {} (restart {attempt}); pid {pid} serves until it is ready",
             label(instance), short_duration(*delay)
         ),
+        _ => {}
+    }
+}
+
+/// Dependencies and schedules: what waits for what, and when runs are due.
+fn order(event: &Event) {
+    match event {
         Event::WaitingFor { app, on } => info!(
             event = "waiting", app = %app, on = %on.join(", "),
             "{app}: waiting for {}", on.join(", ")
@@ -432,11 +493,19 @@ pub fn event(event: &Event, shown: &str) {
                 )
             }
         }
+        _ => {}
+    }
+}
+
+/// The core about itself: passes, refused inputs, anomalies.
+fn own(event: &Event) {
+    match event {
         Event::Reconciled { app, passes } => {
             debug!(event = "reconciled", app = %app, passes, "{app}: reconciled")
         }
         Event::Ignored(refused) => debug!("{refused}; ignored"),
         Event::Anomaly(what) => error!(event = "anomaly", "internal: {what}"),
+        _ => {}
     }
 }
 
