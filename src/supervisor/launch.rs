@@ -305,5 +305,6 @@ fn start(launch: Launch) -> std::io::Result<Loop> {
         identity,
         logs,
         upgrade: None,
+        waited: (std::time::Instant::now(), std::time::Instant::now()),
     })
 }

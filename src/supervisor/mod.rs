@@ -41,7 +41,7 @@ use effects::spawn::ExecStatus;
 use effects::{CheckAnswer, Effects};
 pub use file::{Load, Loaded};
 use model::spec::Desired;
-use supervise_core::{Action, Core};
+use supervise_core::{Action, Core, Input};
 
 /// While a stopped worker's leader is gone but its group is not yet empty,
 /// the group is looked at this often.
@@ -76,6 +76,9 @@ pub enum Event {
     GroupsChanged,
     /// The time [`Supervisor::next_wake`] asked for came.
     Timer,
+    /// The loop ran this long past the time it asked to be woken at: a
+    /// stall of ours (see `supervise_core::Input::Stalled`).
+    Stalled { by: Duration },
 }
 
 /// The environment workers inherit: ours, without what describes *our* sockets.
@@ -186,6 +189,7 @@ impl<E: Effects> Supervisor<E> {
             Event::MemoryMeasured { round, usage } => self.memory_measured(round, usage, now),
             Event::GroupsChanged => self.groups_changed(now),
             Event::Timer => self.timer(now),
+            Event::Stalled { by } => self.core.input(Input::Stalled { by }, now),
         }
     }
 

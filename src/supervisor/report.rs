@@ -135,7 +135,10 @@ pub fn event(event: &Event, shown: &str) {
         | Event::RunSkipped { .. }
         | Event::RunQueued { .. }
         | Event::RunEnded { .. } => order(event),
-        Event::Reconciled { .. } | Event::Ignored(_) | Event::Anomaly(_) => own(event),
+        Event::Reconciled { .. }
+        | Event::Ignored(_)
+        | Event::Stalled { .. }
+        | Event::Anomaly(_) => own(event),
     }
 }
 
@@ -504,6 +507,12 @@ fn own(event: &Event) {
             debug!(event = "reconciled", app = %app, passes, "{app}: reconciled")
         }
         Event::Ignored(refused) => debug!("{refused}; ignored"),
+        Event::Stalled { by } => warn!(
+            event = "stalled",
+            stalled_ms = millis(*by),
+            "supervise did not run for {} past its wake-up (stopped, paused or starved); the deadlines of readiness, checks and watchdogs move by as much",
+            short_duration(*by)
+        ),
         Event::Anomaly(what) => error!(event = "anomaly", "internal: {what}"),
         _ => {}
     }

@@ -46,6 +46,10 @@ const LOG_FILES_FINISH_WAIT: Duration = Duration::from_secs(5);
 const HELPER_EXIT_WAIT: Duration = Duration::from_secs(2);
 /// How long the output queue may take to be written out at shutdown.
 const OUTPUT_FLUSH_WAIT: Duration = Duration::from_secs(1);
+/// Woken this much later than asked, the loop takes it for a stall of its
+/// own (stopped, paused, starved) and moves the deadlines that judge
+/// workers by as much. Far above a loaded machine's scheduling delay.
+pub const STALL_BEYOND: Duration = Duration::from_secs(1);
 
 /// The signals the loop takes.
 pub(super) struct Signals {
@@ -154,6 +158,8 @@ pub(super) struct Loop {
     pub logs: Arc<LogHub>,
     /// An upgrade whose probe runs.
     pub upgrade: Option<Upgrading>,
+    /// When the loop began to wait, and the time it asked to be woken at.
+    pub waited: (Instant, Instant),
 }
 
 impl Loop {
@@ -205,6 +211,17 @@ impl Loop {
     /// Take what woke the loop, after every fact waiting.
     fn take(&mut self, wake: Wake) {
         let mut facts = Vec::new();
+        // Due no earlier than when the wait began: a deadline already past
+        // then is the last turn's work, not a stall.
+        let (began, asked) = self.waited;
+        let late = Instant::now().saturating_duration_since(asked.max(began));
+        if late > STALL_BEYOND {
+            // Beyond the lateness, a grace for what waits in the kernel's queues
+            // (a datagram our notify task has not read yet) to come in.
+            facts.push(Event::Stalled {
+                by: late + STALL_BEYOND,
+            });
+        }
         let order = match wake {
             Wake::Fact(event) => {
                 facts.push(event);

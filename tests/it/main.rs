@@ -32,6 +32,7 @@ mod schema;
 mod spawner;
 mod stack;
 mod stack_hostile;
+mod stall;
 mod supervisor;
 mod top;
 mod upgrade;

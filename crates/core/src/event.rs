@@ -265,6 +265,11 @@ pub enum Event {
     },
     /// An input the worker's state did not accept (debug: late, duplicate).
     Ignored(Refused),
+    /// The supervisor did not run for this long past its wake-up time:
+    /// deadlines that judge workers were moved by as much.
+    Stalled {
+        by: Duration,
+    },
     /// A decision of the core's own that a worker refused: a bug (error).
     Anomaly(String),
 }

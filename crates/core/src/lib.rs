@@ -136,6 +136,12 @@ pub enum Input {
     Shutdown { why: &'static str },
     /// A second SIGINT: SIGKILL everything now.
     KillAll,
+    /// The supervisor did not run for `by` past the time it asked to be
+    /// woken at (it was stopped, its machine paused, or it was starved):
+    /// what workers sent meanwhile may not be in yet, so every deadline
+    /// that judges a worker moves by that much. Stops keep theirs: the
+    /// processes had the time.
+    Stalled { by: Duration },
     /// Time passed: deadlines may be due.
     Tick,
 }
@@ -453,6 +459,7 @@ impl Core {
             Input::Bound { app, key, error } => self.bound(app, key, error),
             Input::Shutdown { why } => self.shutdown(why),
             Input::KillAll => self.kill_all(now),
+            Input::Stalled { by } => self.stalled(by),
             Input::Tick => self.tick(now),
         }
     }

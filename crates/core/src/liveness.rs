@@ -24,7 +24,7 @@
 use std::time::{Duration, Instant};
 
 use super::reconcile::StopReason;
-use super::worker::{AfterStop, CheckVerdict, Outcome, RestartRules, Verdict};
+use super::worker::{AfterStop, CheckVerdict, Outcome, RestartRules, State, Verdict};
 use super::{Action, Core, Event, Instance, MEMORY_ANSWER_LOST, StopHow};
 use model::orders::WorkerId;
 use model::orders::{CheckOrder, CheckTarget, WatchdogMessage};
@@ -347,3 +347,32 @@ impl Core {
 }
 #[cfg(test)]
 mod tests;
+
+impl Core {
+    /// A stall of ours (see [`Input::Stalled`]): the deadlines that judge a
+    /// worker — its readiness, its liveness check in flight, its watchdog,
+    /// the preload library's report — move by `by`.
+    pub(super) fn stalled(&mut self, by: Duration) {
+        for app in self.apps.values_mut() {
+            let ready_timeout = app.spec.ready_timeout;
+            for worker in app.workers.values_mut() {
+                if let State::Starting { since, .. } = worker.state {
+                    let deadline =
+                        (since + ready_timeout).max(worker.ready_extended_to.unwrap_or(since));
+                    worker.ready_extended_to = Some(deadline + by);
+                }
+                if let Some((check, started)) = worker.health.in_flight {
+                    worker.health.in_flight = Some((check, started + by));
+                }
+                if let Some(watchdog) = worker.watchdog.as_mut() {
+                    watchdog.deadline += by;
+                }
+                if let Some(at) = worker.inject_check_at.as_mut() {
+                    *at += by;
+                }
+            }
+            app.dirty = true;
+        }
+        self.report(Event::Stalled { by });
+    }
+}
