@@ -1100,10 +1100,13 @@ fn line_of(yaml: &str, key: &str) -> (usize, usize) {
     (line, if segments.len() > 1 { block_line } else { line })
 }
 
+/// What one key case found: its problems, and what it warned (if anything).
+type CaseFindings = (Vec<String>, Option<String>);
+
 /// What [`every_key_of_the_format_is_exported_or_warned_about`] finds
 /// wrong with one case, and what `export kubernetes` wrote for it (to
 /// validate with the others).
-fn check_case(case: &Case) -> (Vec<String>, Option<String>) {
+fn check_case(case: &Case) -> CaseFindings {
     let mut failures = Vec::new();
     let mut objects = None;
     let dir = tempfile::tempdir().expect("temp dir");
@@ -1202,7 +1205,7 @@ fn every_key_of_the_format_is_exported_or_warned_about() {
     // kept in the order of CASES.
     let next = std::sync::atomic::AtomicUsize::new(0);
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let mut checked: Vec<(usize, (Vec<String>, Option<String>))> = std::thread::scope(|scope| {
+    let mut checked: Vec<(usize, CaseFindings)> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
                 scope.spawn(|| {
