@@ -1100,7 +1100,7 @@ fn line_of(yaml: &str, key: &str) -> (usize, usize) {
     (line, if segments.len() > 1 { block_line } else { line })
 }
 
-/// What one key case found: its problems, and what it warned (if anything).
+/// What one key case found wrong, and what `export kubernetes` wrote for it.
 type CaseFindings = (Vec<String>, Option<String>);
 
 /// What [`every_key_of_the_format_is_exported_or_warned_about`] finds
