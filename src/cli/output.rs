@@ -86,7 +86,7 @@ pub fn write(bytes: &[u8]) -> Result<(), Unwritten> {
 }
 
 /// What clap says instead of running a command. Help and version are a
-/// product on stdout: through [`write`] when stdout is not a terminal, so
+/// product on stdout: through [`write`](fn@write) when stdout is not a terminal, so
 /// a failed write is said as for any product (clap ignores it). On a
 /// terminal (which a full disk cannot be), and for a usage error, clap
 /// says it in its own way and exits (2 for a usage error).

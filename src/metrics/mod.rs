@@ -6,7 +6,7 @@
 //! - [`snapshot`]: the state of every app and slot, taken by the loop in one
 //!   pass over the core, on request of the HTTP server; and [`measure`], the
 //!   CPU time and memory, read off the loop thread.
-//! - [`render`]: the text formats, encoded by `prometheus-client`.
+//! - [`render`](mod@render): the text formats, encoded by `prometheus-client`.
 //! - [`endpoint`]: the HTTP server.
 //!
 //! Series are per *slot* (`app`, `slot` = the instance number, as in

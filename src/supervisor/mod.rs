@@ -12,7 +12,7 @@
 //!
 //! One concern per file: `execute` (the one executor: actions → effects),
 //! `exits` (reaping and draining groups), `readiness` (exec status,
-//! probes, notify), [`file`] (a new version of the file), `commands` (from
+//! probes, notify), [`file`](mod@file) (a new version of the file), `commands` (from
 //! the control socket), `status`, `snapshot` (for `/metrics`), `shutdown`,
 //! [`report`] (events → log), [`upgrade`] and [`upgrading`] (what an
 //! upgrade hands over, and its steps), [`launch`] and `run` (the real loop:

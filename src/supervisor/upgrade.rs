@@ -1,7 +1,7 @@
 //! The supervisor's part of an upgrade: the core and what the shell keeps
 //! beside it (for `status` and `/metrics`), handed over and taken back.
 //! The effects' part is [`effects::system::SystemState`]; the
-//! sequence is in [`super::run`] and [`crate::upgrade`].
+//! sequence is in `supervisor::run` and [`crate::upgrade`].
 
 use std::time::SystemTime;
 

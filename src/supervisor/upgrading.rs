@@ -4,7 +4,7 @@
 //!
 //! Every step goes through the effects ([`Effects`]: the probe, what they
 //! hand over, the exec), so the same code runs on the real system (the loop,
-//! [`super::run`]) and in the simulation, which upgrades at random moments
+//! `supervisor::run`) and in the simulation, which upgrades at random moments
 //! of its schedules and makes the new image from the state handed over.
 //! What the loop itself hands over (its sockets, its claim, its history) is
 //! the [`Shell`]'s.

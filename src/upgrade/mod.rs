@@ -6,11 +6,11 @@
 //! pipes and helpers, the output rings, what each process's exec status and
 //! output pump were at) — as one versioned [`Handover`]. It first asks the
 //! new binary whether it can read it ([`probe`]: `BINARY --upgrade-probe`
-//! with the state on stdin, within [`probe::PROBE_TIMEOUT`]); anything but a
+//! with the state on stdin, within [`PROBE_TIMEOUT`](effects::upgrade::probe::PROBE_TIMEOUT)); anything but a
 //! clear yes refuses the upgrade and leaves everything as it was. Then it
 //! writes the state into a memfd and `execve`s the new binary from the main
-//! thread, keeping open exactly the fds the state names ([`exec`]). The new
-//! image finds the memfd through [`exec::HANDOVER_ENV`], restores every part,
+//! thread, keeping open exactly the fds the state names ([`effects::upgrade::exec`]). The new
+//! image finds the memfd through [`HANDOVER_ENV`](effects::upgrade::exec::HANDOVER_ENV), restores every part,
 //! reaps what exited in the window, re-reads the file, answers the client
 //! that asked, and logs `upgraded`.
 //!

@@ -12,7 +12,7 @@
 //! functions from what `supervise check` produced — the resolved
 //! [`Desired`] model, which is what the file *means*, and the spanned node
 //! tree, which says what the file *wrote* and where — to objects or unit
-//! text plus a list of [`Diagnostic`]s. The command line ([`crate::cli`])
+//! text plus a list of [`Diagnostic`]s. The command line (the supervise crate's `cli`)
 //! only reads the file, prints and writes.
 //!
 //! Warnings are about keys that are written (in the app or in `defaults`):

@@ -343,7 +343,7 @@ fn from_memfd(memfd: OwnedFd) -> Option<Vec<u8>> {
 
 /// The whole environment of our helper processes. Not empty: a child of ours
 /// whose environment reads empty may be within an `execve`, and is waited
-/// for (see [`crate::procfs::Environ::Unread`]).
+/// for (see [`crate::procfs::Environ::Changing`]).
 pub const HELPER_ENV: &[u8] = b"SUPERVISE_HELPER=1";
 
 /// Start one of our helper processes (the spawner, the undertaker): a fork

@@ -2,7 +2,7 @@
 //! and what each process gets besides: its output pumps, its exec-status
 //! watch, its readiness probe, its place in the undertaker's list; liveness
 //! checks ([`super::checks`]), an upgrade's probe (run as an `exec` check
-//! is: [`super::groups::Transient`]) and memory measurements.
+//! is: [`crate::transient::Transient`]) and memory measurements.
 //!
 //! A child's exec status (EOF: the program runs; eight bytes: the stage and
 //! errno that failed) is watched by a small task per spawn, which reports on

@@ -7,7 +7,7 @@
 //!
 //! The probe is our child, started as an `exec` liveness check is (a
 //! process group and a cgroup or a token of its own: see
-//! [`crate::groups::Transient`]), so that nothing it leaves behind outlives
+//! [`crate::transient::Transient`]), so that nothing it leaves behind outlives
 //! it; the loop reaps it with every other child. Its answer is its first
 //! line: once it exited and that line came, it is judged, whoever still
 //! holds its stdout.
