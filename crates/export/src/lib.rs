@@ -44,15 +44,15 @@ use model::spec::{AppSpec, Condition, Desired};
 #[derive(Debug, Clone)]
 pub struct Source {
     /// What the file means (defaults merged, paths absolute, `max` resolved).
-    pub desired: Desired,
+    pub(crate) desired: Desired,
     /// What the file says, with positions: which keys are written, and where.
-    pub root: Node,
+    pub(crate) root: Node,
     /// The file's text (for rendering the source line of a warning).
     pub text: String,
     /// The file as the user named it, for diagnostics.
     pub shown: String,
     /// The folder relative paths in the file are taken from.
-    pub folder: PathBuf,
+    pub(crate) folder: PathBuf,
     /// The warnings `check` itself gives (a program not found, …).
     pub check_warnings: Vec<Diagnostic>,
 }
@@ -70,7 +70,7 @@ impl Source {
     /// The path of `listen` entry `index` inside `app`: `listen` itself for
     /// the one-entry form, `listen[i]` for a list (as [`Source::written`]
     /// takes text segments, an index is written as its number).
-    pub fn listen_field(&self, app: &str, index: usize) -> Vec<String> {
+    pub(crate) fn listen_field(&self, app: &str, index: usize) -> Vec<String> {
         let is_list = self
             .written(app, &["listen"])
             .and_then(|path| self.node_at(&path))
@@ -147,7 +147,7 @@ impl Source {
     /// Whether another app waits for `app` as `completed`: it then runs to
     /// completion (a Kubernetes Job, a systemd `Type=oneshot`), even with
     /// `restart: on-failure`.
-    pub fn waited_for_as_completed(&self, app: &str) -> bool {
+    pub(crate) fn waited_for_as_completed(&self, app: &str) -> bool {
         self.desired.apps.iter().any(|other| {
             other
                 .depends_on
@@ -158,7 +158,7 @@ impl Source {
 
     /// The names `env` sets for `app` (in the app or in `defaults`), as
     /// opposed to the ones that come from `env_file` only.
-    pub fn env_names(&self, app: &str) -> Vec<String> {
+    pub(crate) fn env_names(&self, app: &str) -> Vec<String> {
         let mut names = Vec::new();
         for scope in [
             vec![
@@ -176,7 +176,7 @@ impl Source {
     }
 
     /// The node written at `path`, if that exact path exists in the file.
-    pub fn node_at(&self, path: &[PathSeg]) -> Option<&Node> {
+    pub(crate) fn node_at(&self, path: &[PathSeg]) -> Option<&Node> {
         let mut node = &self.root;
         for seg in path {
             node = match seg {
@@ -193,7 +193,7 @@ impl Source {
     /// `user` or `group` (`field`) of `app` as written: its text (a name,
     /// or the number) and, when it is a number (a YAML integer, or a
     /// string of digits, as `check` reads it), that number.
-    pub fn written_account(&self, app: &str, field: &str) -> Option<(String, Option<u32>)> {
+    pub(crate) fn written_account(&self, app: &str, field: &str) -> Option<(String, Option<u32>)> {
         let node = self.node_at(&self.written(app, &[field])?)?;
         match &node.kind {
             node::NodeKind::Int(number) => Some((number.to_string(), u32::try_from(*number).ok())),
@@ -211,7 +211,7 @@ impl Source {
     /// `["listen", "1"]` for a list's second entry) is written for `app`: in
     /// the app itself, else in `defaults`; `None` when it is left to its
     /// default.
-    pub fn written(&self, app: &str, field: &[&str]) -> Option<Vec<PathSeg>> {
+    pub(crate) fn written(&self, app: &str, field: &[&str]) -> Option<Vec<PathSeg>> {
         // No key of the format is a number: a numeric segment is an index.
         let seg = |f: &&str| match f.parse::<usize>() {
             Ok(index) => PathSeg::Index(index),
@@ -236,14 +236,14 @@ fn key(name: &str) -> PathSeg {
 }
 
 /// The warnings and notes of one export, placed in the file by path.
-pub struct Notes<'a> {
+pub(crate) struct Notes<'a> {
     source: &'a Source,
     reporter: Reporter<'a>,
     notes: Vec<String>,
 }
 
 impl<'a> Notes<'a> {
-    pub fn new(source: &'a Source) -> Notes<'a> {
+    pub(crate) fn new(source: &'a Source) -> Notes<'a> {
         Notes {
             source,
             reporter: Reporter::new(&source.root),
@@ -255,12 +255,12 @@ impl<'a> Notes<'a> {
     /// `defaults`, once for every app that inherits it). Nothing when the
     /// field is not written: the manual documents what defaults become.
     /// Returns whether it was written.
-    pub fn warn(&mut self, app: &str, field: &[&str], message: impl Into<String>) -> bool {
+    pub(crate) fn warn(&mut self, app: &str, field: &[&str], message: impl Into<String>) -> bool {
         self.warn_with_help(app, field, message, None::<String>)
     }
 
     /// [`Notes::warn`] with a help line saying what to do.
-    pub fn warn_with_help(
+    pub(crate) fn warn_with_help(
         &mut self,
         app: &str,
         field: &[&str],
@@ -278,7 +278,13 @@ impl<'a> Notes<'a> {
 
     /// Refuse `field` of `app` where it is written (the export fails with
     /// exit 1); or, when it is not written, at the app's name.
-    pub fn error(&mut self, app: &str, field: &[&str], message: impl Into<String>, help: &str) {
+    pub(crate) fn error(
+        &mut self,
+        app: &str,
+        field: &[&str],
+        message: impl Into<String>,
+        help: &str,
+    ) {
         let message = message.into();
         if !self.report(
             Severity::Error,
@@ -321,12 +327,18 @@ impl<'a> Notes<'a> {
     }
 
     /// Warn about a key itself (an app's name).
-    pub fn warn_key(&mut self, path: &[PathSeg], message: impl Into<String>, help: &str) {
+    pub(crate) fn warn_key(&mut self, path: &[PathSeg], message: impl Into<String>, help: &str) {
         self.reporter.key_warning(path, message).help(help);
     }
 
     /// A warning at top-level `key`, when the file has it.
-    pub fn warn_top_level_key(&mut self, source: &Source, key: &str, message: &str, help: &str) {
+    pub(crate) fn warn_top_level_key(
+        &mut self,
+        source: &Source,
+        key: &str,
+        message: &str,
+        help: &str,
+    ) {
         let path = [PathSeg::Key(key.to_string())];
         if source.node_at(&path).is_some() {
             self.warn_key(&path, message, help);
@@ -334,16 +346,16 @@ impl<'a> Notes<'a> {
     }
 
     /// Refuse: an error at `path` (the export fails with exit 1).
-    pub fn error_key(&mut self, path: &[PathSeg], message: impl Into<String>, help: &str) {
+    pub(crate) fn error_key(&mut self, path: &[PathSeg], message: impl Into<String>, help: &str) {
         self.reporter.key_error(path, message).help(help);
     }
 
     /// A fact about the output that is not about a key of the file.
-    pub fn note(&mut self, note: impl Into<String>) {
+    pub(crate) fn note(&mut self, note: impl Into<String>) {
         self.notes.push(note.into());
     }
 
-    pub fn finish(self) -> (Vec<Diagnostic>, Vec<String>) {
+    pub(crate) fn finish(self) -> (Vec<Diagnostic>, Vec<String>) {
         let mut diagnostics = self.reporter.finish();
         diagnostic::sort(&mut diagnostics);
         (diagnostics, self.notes)
@@ -386,7 +398,7 @@ impl Exported {
 /// Whether supervise sets `name` itself for `app` (PORT, SUPERVISE_*,
 /// LISTEN_*, …): an `env_file` value of it is overridden, so it is not
 /// exported either.
-pub fn reserved_env_name(app: &AppSpec, name: &str) -> bool {
+pub(crate) fn reserved_env_name(app: &AppSpec, name: &str) -> bool {
     let process = &app.process;
     config::validate::reserved_env_name(
         name,
@@ -397,7 +409,7 @@ pub fn reserved_env_name(app: &AppSpec, name: &str) -> bool {
 }
 
 /// `names` as "`A`, `B`".
-pub fn name_list<S: AsRef<str>>(names: &[S]) -> String {
+pub(crate) fn name_list<S: AsRef<str>>(names: &[S]) -> String {
     names
         .iter()
         .map(|n| format!("`{}`", n.as_ref()))
@@ -407,7 +419,7 @@ pub fn name_list<S: AsRef<str>>(names: &[S]) -> String {
 
 /// Whole seconds for fields that only take integers, rounded up (a
 /// `kill_timeout` of 1.5s must not become 1s); and whether that rounded.
-pub fn whole_seconds(duration: Duration) -> (i64, bool) {
+pub(crate) fn whole_seconds(duration: Duration) -> (i64, bool) {
     let seconds = duration.as_secs() + u64::from(duration.subsec_nanos() > 0);
     (
         i64::try_from(seconds).unwrap_or(i64::MAX),
@@ -417,7 +429,7 @@ pub fn whole_seconds(duration: Duration) -> (i64, bool) {
 
 /// A duration as humantime writes it (`1m 30s` → `1m30s` is not needed:
 /// systemd reads humantime's spaced form too).
-pub fn duration_text(duration: Duration) -> String {
+pub(crate) fn duration_text(duration: Duration) -> String {
     humantime::format_duration(duration)
         .to_string()
         .replace(' ', "")
