@@ -60,11 +60,25 @@ apps:
     let status = status_json(&s);
     let state = &app_status(&status, "job")["workers"][0]["state"];
     assert_eq!(state, "stopped (held)", "{status}");
-    let ran = s.next_within(Duration::from_millis(2500), |e| {
-        e["event"] == "spawned" && e["app"] == "job"
-    });
+    let stopped_at = s.events.len();
+    // Its next two ticks come, and each says it is held.
+    for _ in 0..2 {
+        let skipped = s.wait_for("a tick skipped", |e| {
+            e["event"] == "run_skipped" && e["app"] == "job" && e["why"] == "schedule"
+        });
+        assert!(
+            skipped["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("held")),
+            "{skipped}"
+        );
+    }
+    let ran: Vec<&serde_json::Value> = s.events[stopped_at..]
+        .iter()
+        .filter(|e| e["event"] == "spawned" && e["app"] == "job")
+        .collect();
     assert!(
-        ran.is_none(),
+        ran.is_empty(),
         "a held scheduled app ran on its next tick: {ran:?}\n{}",
         s.dump()
     );
@@ -99,12 +113,13 @@ apps:
     s.wait_for("the edit", |e| {
         e["event"] == "applied" && e["file_version"] == 2
     });
-    let second = s.next_within(Duration::from_millis(1000), |e| {
-        e["event"] == "spawned" && e["app"] == "job"
-    });
-    assert!(
-        second.is_none(),
-        "a second run of job started while {} still ran: {second:?}\n{}",
+    // Until the first run ends (by itself or stopped by the rollout), no
+    // other run starts.
+    s.wait_event("run_ended", "job");
+    assert_eq!(
+        s.count("spawned", "job"),
+        1,
+        "a second run of job started while {} still ran\n{}",
         first["pid"],
         s.dump()
     );
@@ -131,12 +146,21 @@ apps:
     s.wait_for("the edit", |e| {
         e["event"] == "applied" && e["file_version"] == 2
     });
-    let rerun = s.next_within(Duration::from_millis(1500), |e| {
-        e["event"] == "run_due" && e["app"] == "backup"
-    });
+    // The next run is the one the new schedule says, not one now; and none
+    // was made due by the edit's turn (before the barrier's).
+    let status = status_json(&s);
+    let schedule = &app_status(&status, "backup")["schedule"];
     assert!(
-        rerun.is_none(),
-        "the schedule edit ran the job again: {rerun:?}\n{}",
+        schedule["next_run"]
+            .as_str()
+            .is_some_and(|t| t.ends_with("T04:00:00Z")),
+        "{status}"
+    );
+    s.barrier();
+    assert_eq!(
+        s.count("run_due", "backup"),
+        1,
+        "the schedule edit ran the job again\n{}",
         s.dump()
     );
 }
@@ -181,12 +205,12 @@ apps:
     s.wait_for("the edit", |e| {
         e["event"] == "applied" && e["file_version"] == 3
     });
-    let replaced = s.next_within(Duration::from_millis(1500), |e| {
-        e["event"] == "dependency_restarted" && e["app"] == "api"
-    });
-    assert!(
-        replaced.is_none(),
-        "api was replaced by the edit: {replaced:?}\n{}",
+    // Whatever the edit replaced, it decided in the turn it was applied in.
+    s.barrier();
+    assert_eq!(
+        s.count("dependency_restarted", "api"),
+        0,
+        "api was replaced by the edit\n{}",
         s.dump()
     );
 }
@@ -226,12 +250,12 @@ apps:
     s.wait_for("the edit", |e| {
         e["event"] == "applied" && e["file_version"] == 3
     });
-    let replaced = s.next_within(Duration::from_millis(1500), |e| {
-        e["event"] == "dependency_restarted" && e["app"] == "api"
-    });
-    assert!(
-        replaced.is_none(),
-        "api was replaced by the edit: {replaced:?}\n{}",
+    // Whatever the edit replaced, it decided in the turn it was applied in.
+    s.barrier();
+    assert_eq!(
+        s.count("dependency_restarted", "api"),
+        0,
+        "api was replaced by the edit\n{}",
         s.dump()
     );
 }
