@@ -30,7 +30,7 @@ impl Location {
     }
 
     /// Convert serde-saphyr's location; `None` for its "unknown" marker.
-    pub fn from_saphyr(location: &serde_saphyr::Location) -> Option<Location> {
+    pub(crate) fn from_saphyr(location: &serde_saphyr::Location) -> Option<Location> {
         (location.line() > 0).then(|| Location {
             line: location.line(),
             column: location.column().max(1),
@@ -47,7 +47,7 @@ pub enum PathSeg {
 }
 
 /// Render a path the way users write it: `apps.web.listen[0]`.
-pub fn path_text(path: &[PathSeg]) -> String {
+pub(crate) fn path_text(path: &[PathSeg]) -> String {
     let mut text = String::new();
     for seg in path {
         match seg {
@@ -81,13 +81,13 @@ pub enum Severity {
 pub struct Diagnostic {
     pub severity: Severity,
     pub message: String,
-    pub help: Option<String>,
+    pub(crate) help: Option<String>,
     /// `None` only for problems of the file as a whole (unreadable, too large).
     pub location: Option<Location>,
 }
 
 impl Diagnostic {
-    pub fn error(message: impl Into<String>, location: Option<Location>) -> Diagnostic {
+    pub(crate) fn error(message: impl Into<String>, location: Option<Location>) -> Diagnostic {
         Diagnostic {
             severity: Severity::Error,
             message: message.into(),
@@ -96,7 +96,7 @@ impl Diagnostic {
         }
     }
 
-    pub fn with_help(mut self, help: impl Into<String>) -> Diagnostic {
+    pub(crate) fn with_help(mut self, help: impl Into<String>) -> Diagnostic {
         self.help = Some(help.into());
         self
     }
@@ -137,7 +137,7 @@ impl<'a> Reporter<'a> {
 
     /// The document being checked: for checks that look across apps, and for
     /// the lines a message names (a dependency cycle's edges).
-    pub fn root(&self) -> &'a Node {
+    pub(crate) fn root(&self) -> &'a Node {
         self.root
     }
 
@@ -169,14 +169,14 @@ impl<'a> Reporter<'a> {
         &mut self.diagnostics[index]
     }
 
-    pub fn error_count(&self) -> usize {
+    pub(crate) fn error_count(&self) -> usize {
         self.diagnostics
             .iter()
             .filter(|d| d.severity == Severity::Error)
             .count()
     }
 
-    pub fn has_errors(&self) -> bool {
+    pub(crate) fn has_errors(&self) -> bool {
         self.error_count() > 0
     }
 
@@ -284,12 +284,12 @@ pub fn summary_line(diagnostics: &[Diagnostic]) -> String {
 /// Diagnostics as JSON objects for editors and CI (`check --format json`).
 #[derive(Debug, Serialize)]
 pub struct JsonDiagnostic<'a> {
-    pub file: &'a str,
+    pub(crate) file: &'a str,
     pub line: Option<u64>,
     pub column: Option<u64>,
     pub severity: Severity,
     pub message: &'a str,
-    pub help: Option<&'a str>,
+    pub(crate) help: Option<&'a str>,
 }
 
 pub fn to_json<'a>(file: &'a str, diagnostics: &'a [Diagnostic]) -> Vec<JsonDiagnostic<'a>> {
@@ -307,10 +307,10 @@ pub fn to_json<'a>(file: &'a str, diagnostics: &'a [Diagnostic]) -> Vec<JsonDiag
 }
 
 /// Words longer than this get no did-you-mean.
-pub const MAX_SUGGESTED_WORD: usize = 64;
+pub(crate) const MAX_SUGGESTED_WORD: usize = 64;
 
 /// The closest candidate to a misspelt word, if any is close enough to help.
-pub fn did_you_mean<'c>(
+pub(crate) fn did_you_mean<'c>(
     word: &str,
     candidates: impl IntoIterator<Item = &'c str>,
 ) -> Option<&'c str> {

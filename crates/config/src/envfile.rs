@@ -9,7 +9,7 @@
 use std::path::Path;
 
 /// The largest env file we read.
-pub const MAX_ENV_FILE_BYTES: u64 = 1024 * 1024;
+pub(crate) const MAX_ENV_FILE_BYTES: u64 = 1024 * 1024;
 
 /// Read and parse an env file. The error says what and where, ready to print.
 pub fn read(path: &Path) -> Result<Vec<(String, String)>, String> {

@@ -15,19 +15,19 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// `PATH` when neither the app nor the supervisor has one (as `execvp`).
-pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+pub(crate) const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// A user account.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Account {
-    pub name: String,
-    pub uid: u32,
-    pub gid: u32,
-    pub home: PathBuf,
+pub(crate) struct Account {
+    pub(crate) name: String,
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+    pub(crate) home: PathBuf,
 }
 
 /// User and group lookups.
-pub trait Accounts: fmt::Debug + Send + Sync {
+pub(crate) trait Accounts: fmt::Debug + Send + Sync {
     /// The account named `name`, if there is one.
     fn user(&self, name: &str) -> Result<Option<Account>, String>;
     /// The account of uid `uid`, if the machine has an entry for it.
@@ -40,7 +40,7 @@ pub trait Accounts: fmt::Debug + Send + Sync {
 
 /// The machine's own accounts, through NSS.
 #[derive(Debug, Default)]
-pub struct SystemAccounts;
+pub(crate) struct SystemAccounts;
 
 impl Accounts for SystemAccounts {
     fn user(&self, name: &str) -> Result<Option<Account>, String> {
@@ -83,14 +83,14 @@ fn account(user: nix::unistd::User) -> Account {
 #[derive(Debug, Clone)]
 pub struct Host {
     /// What `instances: max` means.
-    pub cpus: u32,
+    pub(crate) cpus: u32,
     /// The supervisor's effective uid (switching `user` needs 0).
-    pub uid: u32,
+    pub(crate) uid: u32,
     /// The `PATH` programs are looked up in when an app's `env` sets none.
-    pub path: Option<OsString>,
-    pub accounts: Arc<dyn Accounts>,
+    pub(crate) path: Option<OsString>,
+    pub(crate) accounts: Arc<dyn Accounts>,
     /// The time zone a cron `schedule` without `timezone` is read in.
-    pub timezone: chrono_tz::Tz,
+    pub(crate) timezone: chrono_tz::Tz,
 }
 
 impl Host {

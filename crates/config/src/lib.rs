@@ -57,8 +57,8 @@ impl Checked {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("cannot read {path}: {reason}")]
 pub struct Unreadable {
-    pub path: String,
-    pub reason: String,
+    pub(crate) path: String,
+    pub(crate) reason: String,
 }
 
 /// The absolute path of the ecosystem file, as the user spelled it (no

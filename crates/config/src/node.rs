@@ -60,7 +60,7 @@ fn budget() -> Budget {
 #[derive(Debug, Clone, PartialEq)]
 pub struct SyntaxError {
     pub message: String,
-    pub help: &'static str,
+    pub(crate) help: &'static str,
     pub location: Option<Location>,
 }
 
@@ -185,7 +185,7 @@ impl Node {
     /// node that exists (so a diagnostic about a missing value still has a place).
     /// With `key` set, the last segment resolves to the mapping key rather than
     /// its value (for "unknown field" and "invalid name" diagnostics).
-    pub fn find(&self, path: &[PathSeg], key: bool) -> &Node {
+    pub(crate) fn find(&self, path: &[PathSeg], key: bool) -> &Node {
         let mut node = self;
         for (i, seg) in path.iter().enumerate() {
             let last = i + 1 == path.len();
@@ -205,7 +205,7 @@ impl Node {
     }
 
     /// A short description of the value for "found …" messages.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         fn clip(s: &str) -> String {
             const SHOWN: usize = 40;
             if s.chars().count() > SHOWN {

@@ -30,8 +30,8 @@ struct Problem {
 /// Where a structural problem is, and which key a misspelt one probably meant.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProblemPlace {
-    pub path: Vec<PathSeg>,
-    pub meant: Option<String>,
+    pub(crate) path: Vec<PathSeg>,
+    pub(crate) meant: Option<String>,
 }
 
 /// Check `root` against `schema`, reporting every structural problem.

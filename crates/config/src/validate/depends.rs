@@ -37,11 +37,11 @@ const MAX_CYCLE_STEPS_SHOWN: usize = 12;
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Entry<'a> {
     /// The app whose entry this is.
-    pub owner: &'a str,
-    pub dependency: Dependency,
+    pub(crate) owner: &'a str,
+    pub(crate) dependency: Dependency,
     /// The position of a list item (`[db]`); `None` for a mapping entry
     /// (`{db: ready}`), whose key is the name and value the condition.
-    pub index: Option<usize>,
+    pub(crate) index: Option<usize>,
 }
 
 impl Entry<'_> {

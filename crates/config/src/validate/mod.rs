@@ -47,10 +47,10 @@ pub use schedule::cron_problem;
 /// report them as missing, nor judge other fields against the defaults that
 /// stand in for them.
 #[derive(Debug, Default)]
-pub struct BrokenFields(HashSet<(String, String)>);
+pub(crate) struct BrokenFields(HashSet<(String, String)>);
 
 impl BrokenFields {
-    pub fn insert(&mut self, scope: String, field: String) {
+    pub(crate) fn insert(&mut self, scope: String, field: String) {
         self.0.insert((scope, field));
     }
 
@@ -88,7 +88,7 @@ const MAX_UNIX_PATH: usize = 107;
 
 /// Validate `file` (whose tree is in `reporter`) and resolve it.
 /// Returns `None` when an error was reported.
-pub fn resolve(
+pub(crate) fn resolve(
     file: &EcosystemFile,
     source: &Path,
     host: &Host,

@@ -111,10 +111,10 @@ impl ProbePurpose {
 
 /// One `tcp:` or `http:` target as written, and where.
 pub(super) struct ProbeTarget<'a> {
-    pub kind: ProbeKind,
-    pub text: &'a str,
-    pub path: &'a [PathSeg],
-    pub purpose: ProbePurpose,
+    pub(crate) kind: ProbeKind,
+    pub(crate) text: &'a str,
+    pub(crate) path: &'a [PathSeg],
+    pub(crate) purpose: ProbePurpose,
 }
 
 /// Parse a probe target for every slot, `0..instances`. With several

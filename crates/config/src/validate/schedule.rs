@@ -27,10 +27,10 @@ use model::spec::{Overlap, ScheduleSpec, When, cron_parser as parser};
 
 /// The shortest `{every}`: a run per tick forks a process, and a period
 /// shorter than a second is a service's loop, not a schedule.
-pub const MIN_SCHEDULE_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const MIN_SCHEDULE_EVERY: Duration = Duration::from_secs(1);
 /// The longest `{every}` (a year): the supervisor adds it to the clock, and
 /// a longer period is better written as a cron expression.
-pub const MAX_SCHEDULE_EVERY: Duration = Duration::from_secs(31_557_600);
+pub(crate) const MAX_SCHEDULE_EVERY: Duration = Duration::from_secs(31_557_600);
 
 /// The nicknames croner reads, and the fields each stands for.
 const NICKNAMES: &[(&str, &str)] = &[
@@ -72,8 +72,8 @@ const ANY: [&str; 5] = ["0", "0", "*", "*", "*"];
 /// Why a cron expression was refused, in words for the user.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct CronProblem {
-    pub message: String,
-    pub help: String,
+    pub(crate) message: String,
+    pub(crate) help: String,
 }
 
 /// Read a 5-field cron expression (or a nickname such as `@daily`).
