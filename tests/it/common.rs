@@ -198,6 +198,18 @@ impl Supervised {
         }
     }
 
+    /// Wait until `count` events matching `predicate` have been seen in all.
+    pub fn wait_for_count(&mut self, what: &str, count: usize, predicate: impl Fn(&Value) -> bool) {
+        let deadline = Instant::now() + WAIT;
+        while self.events.iter().filter(|e| predicate(e)).count() < count {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(event) => self.events.push(event),
+                Err(_) => panic!("timed out waiting for {count} of {what}\n{}", self.dump()),
+            }
+        }
+    }
+
     /// Wait for a worker to print `line` (the next such line not yet waited for).
     pub fn wait_line(&mut self, line: &str) -> Value {
         self.wait_for(line, |e| e["event"] == "output" && e["line"] == line)

@@ -137,7 +137,12 @@ fn signals_during_spawns_never_duplicate_a_worker() {
         s.wait_for("the edit applied", |e| {
             e["event"] == "applied" && e["file_version"].as_u64() >= Some(u64::from(value) + 1)
         });
-        std::thread::sleep(Duration::from_millis(700));
+        // The next edit lands mid-rollout, the storm going on: once 15 of
+        // the 30 workers of this version have spawned.
+        let generation = u64::from(value) + 1;
+        s.wait_for_count("half the rollout", 15, |e| {
+            e["event"] == "spawned" && e["generation"] == generation
+        });
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     storm.join().expect("the storm ends");
