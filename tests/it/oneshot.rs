@@ -2,8 +2,8 @@
 //! done for "every instance is ready", and runs again only when its
 //! definition changes.
 
-
 use crate::common::{Supervised, save};
+
 /// The status table.
 fn status(s: &Supervised) -> String {
     String::from_utf8_lossy(&crate::common::run_client(s, &["status"]).stdout).into_owned()
