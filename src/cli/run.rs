@@ -299,7 +299,7 @@ fn serve(cli: &Cli, start: Start, begin: Begin, rendered: String) -> ExitCode {
 fn resume(cli: &Cli, incoming: std::io::Result<Vec<u8>>) -> ExitCode {
     let restored = incoming
         .map_err(|e| format!("cannot read the state the previous image handed over: {e}"))
-        .and_then(|bytes| <Handover>::decode(&bytes));
+        .and_then(|bytes| <Handover>::decode(&bytes).map_err(|e| e.to_string()));
     let mut handover = match restored {
         Ok(handover) => handover,
         Err(message) => {

@@ -295,8 +295,8 @@ fn handover<E: Effects, S: Shell>(
         shell: shell.state(client),
         rings: rings_state,
     };
-    state.check()?;
-    Ok((state.encode()?, state.fds()))
+    state.check().map_err(|e| e.to_string())?;
+    Ok((state.encode().map_err(|e| e.to_string())?, state.fds()))
 }
 
 /// Begin an upgrade to `binary` (or the default one): start its probe.

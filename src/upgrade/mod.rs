@@ -59,6 +59,32 @@ pub struct Handover<
     pub rings: effects::output::rings::RingsState,
 }
 
+/// Why a state cannot be handed over, or read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    #[error("the state is not a supervise state: {0}")]
+    NotAState(String),
+    #[error("the state is of format {found}; this binary ({VERSION}) reads format {FORMAT}")]
+    Format { found: u32 },
+    #[error(
+        "the core's state is of format {found}; this binary ({VERSION}) reads format {}",
+        supervise_core::STATE_VERSION
+    )]
+    CoreFormat { found: u32 },
+    #[error("cannot read the state: {0}")]
+    Unreadable(String),
+    #[error("cannot write the state: {0}")]
+    Unwritable(String),
+    #[error("the state names fd {0}, one of stdio")]
+    Stdio(RawFd),
+    #[error("the state names fd {0} twice")]
+    Twice(RawFd),
+    #[error(
+        "the state is {size} bytes, more than the {limit} a new image reads (the output rings take most of it)"
+    )]
+    TooLarge { size: usize, limit: usize },
+}
+
 /// Just the format, read first: a state of another format is refused with
 /// that, not with whatever field it lacks.
 #[derive(Deserialize)]
@@ -70,23 +96,18 @@ struct FormatOnly {
 
 impl<S: DeserializeOwned, X: DeserializeOwned, L: DeserializeOwned> Handover<S, X, L> {
     /// Read a state, refusing another format clearly.
-    pub fn decode(bytes: &[u8]) -> Result<Handover<S, X, L>, String> {
-        let head: FormatOnly = serde_json::from_slice(bytes)
-            .map_err(|e| format!("the state is not a supervise state: {e}"))?;
+    pub fn decode(bytes: &[u8]) -> Result<Handover<S, X, L>, StateError> {
+        let head: FormatOnly =
+            serde_json::from_slice(bytes).map_err(|e| StateError::NotAState(e.to_string()))?;
         if head.format != FORMAT {
-            return Err(format!(
-                "the state is of format {}; this binary ({VERSION}) reads format {FORMAT}",
-                head.format
-            ));
+            return Err(StateError::Format { found: head.format });
         }
         if head.core_format != supervise_core::STATE_VERSION {
-            return Err(format!(
-                "the core's state is of format {}; this binary ({VERSION}) reads format {}",
-                head.core_format,
-                supervise_core::STATE_VERSION
-            ));
+            return Err(StateError::CoreFormat {
+                found: head.core_format,
+            });
         }
-        serde_json::from_slice(bytes).map_err(|e| format!("cannot read the state: {e}"))
+        serde_json::from_slice(bytes).map_err(|e| StateError::Unreadable(e.to_string()))
     }
 }
 
@@ -100,15 +121,15 @@ impl<S, X: KeptOpen, L: KeptOpen> Handover<S, X, L> {
 
     /// What decoding cannot see: every fd named is one a process can keep
     /// (above stdio) and is named once.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), StateError> {
         let fds = self.fds();
         let mut seen = std::collections::HashSet::new();
         for fd in fds {
             if fd < 3 {
-                return Err(format!("the state names fd {fd}, one of stdio"));
+                return Err(StateError::Stdio(fd));
             }
             if !seen.insert(fd) {
-                return Err(format!("the state names fd {fd} twice"));
+                return Err(StateError::Twice(fd));
             }
         }
         Ok(())
@@ -119,19 +140,19 @@ impl<S: Serialize, X: Serialize, L: Serialize> Handover<S, X, L> {
     /// The state as the next image reads it: refused when larger than it
     /// reads ([`MAX_STATE_BYTES`]), which it would find only after the exec,
     /// with nothing left to go back to.
-    pub fn encode(&self) -> Result<Vec<u8>, String> {
-        let bytes = serde_json::to_vec(self).map_err(|e| format!("cannot write the state: {e}"))?;
+    pub fn encode(&self) -> Result<Vec<u8>, StateError> {
+        let bytes = serde_json::to_vec(self).map_err(|e| StateError::Unwritable(e.to_string()))?;
         readable(bytes, MAX_STATE_BYTES)
     }
 }
 
 /// `bytes`, when a new image reads that many (at most `limit`).
-fn readable(bytes: Vec<u8>, limit: usize) -> Result<Vec<u8>, String> {
+fn readable(bytes: Vec<u8>, limit: usize) -> Result<Vec<u8>, StateError> {
     if bytes.len() > limit {
-        return Err(format!(
-            "the state is {} bytes, more than the {limit} a new image reads (the output rings take most of it)",
-            bytes.len()
-        ));
+        return Err(StateError::TooLarge {
+            size: bytes.len(),
+            limit,
+        });
     }
     Ok(bytes)
 }
@@ -146,22 +167,30 @@ mod tests {
     #[test]
     fn a_state_of_another_format_is_refused_with_its_format() {
         let other = Real::decode(br#"{"format": 2, "core_format": 1}"#).unwrap_err();
+        assert_eq!(other, StateError::Format { found: 2 });
+        let other = other.to_string();
         assert!(
             other.contains("format 2") && other.contains("reads format 1"),
             "{other}"
         );
         let core = Real::decode(br#"{"format": 1, "core_format": 9}"#).unwrap_err();
-        assert!(core.contains("core's state is of format 9"), "{core}");
+        assert_eq!(core, StateError::CoreFormat { found: 9 });
+        assert!(
+            core.to_string().contains("core's state is of format 9"),
+            "{core}"
+        );
         let partial = Real::decode(br#"{"format": 1, "core_format": 1}"#).unwrap_err();
-        assert!(partial.contains("cannot read the state"), "{partial}");
+        assert!(matches!(partial, StateError::Unreadable(_)), "{partial}");
         let garbage = Real::decode(b"\xff\x00not json").unwrap_err();
-        assert!(garbage.contains("not a supervise state"), "{garbage}");
+        assert!(matches!(garbage, StateError::NotAState(_)), "{garbage}");
     }
 
     #[test]
     fn a_state_larger_than_a_new_image_reads_is_refused_before_the_exec() {
         assert_eq!(readable(vec![b'x'; 8], 8), Ok(vec![b'x'; 8]));
         let refused = readable(vec![b'x'; 9], 8).unwrap_err();
+        assert_eq!(refused, StateError::TooLarge { size: 9, limit: 8 });
+        let refused = refused.to_string();
         assert!(
             refused.contains("9 bytes") && refused.contains("the 8 a new image reads"),
             "{refused}"

@@ -96,7 +96,9 @@ pub fn answer() -> ExitCode {
         Ok(_) if bytes.len() > MAX_STATE_BYTES => {
             Err(format!("the state is larger than {MAX_STATE_BYTES} bytes"))
         }
-        Ok(_) => <Handover>::decode(&bytes).and_then(|state| state.check()),
+        Ok(_) => <Handover>::decode(&bytes)
+            .and_then(|state| state.check())
+            .map_err(|e| e.to_string()),
     };
     match checked {
         Ok(()) => {

@@ -738,7 +738,7 @@ impl Effects for FakeEffects {
                 Exit::Code(1)
             }
             Err(why) => {
-                output.stderr.take(why.as_bytes());
+                output.stderr.take(why.to_string().as_bytes());
                 Exit::Code(1)
             }
         };
