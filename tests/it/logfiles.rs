@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use crate::common::*;
+use effects::logfile::DROP_REPORT_INTERVAL;
 use serde_json::Value;
 
 /// A python worker that prints `count` numbered lines of `length` bytes
@@ -461,4 +462,68 @@ fn an_edit_of_the_log_key_restarts_nothing_and_moves_the_output() {
     let respawned = s.next_within(Duration::from_millis(300), |e| e["event"] == "spawned");
     assert!(respawned.is_none(), "a tuned key: {respawned:?}");
     assert_eq!(s.running_pids("ticker"), [pid.as_i64().unwrap() as i32]);
+}
+
+/// A python worker that prints `count` lines, one every millisecond or so
+/// (a batch for the writer each time), then exits 0.
+fn steady_app(count: usize, file: &str) -> String {
+    format!(
+        r#"apps:
+  steady:
+    command: ["python3", "-u", "-c", "import time\nfor i in range({count}):\n    print(i)\n    time.sleep(0.001)"]
+    restart: never
+    ready: none
+    log: {{file: "{file}"}}
+"#
+    )
+}
+
+/// While a file fails on every line, `log_dropped` is said at most once a
+/// [`DROP_REPORT_INTERVAL`] per file (and once more at the end), each time
+/// with the lines dropped since the one before: together, every line.
+fn dropped_is_said_once_a_second(file: &str, prepare: impl FnOnce(&Path), error: &str) {
+    const LINES: usize = 2000;
+    let mut s = Supervised::start_with(&steady_app(LINES, file), &[], prepare);
+    let said = s.wait_for("the error", |e| e["event"] == "log_file_error");
+    assert!(said["error"].as_str().unwrap().contains(error), "{said}");
+    s.wait_event("exited", "steady");
+    stop(&mut s);
+    let reports: Vec<&Value> = s
+        .events
+        .iter()
+        .filter(|e| e["event"] == "log_dropped")
+        .collect();
+    let lines = s.count("output", "steady");
+    assert_eq!(lines, LINES, "every line reached the terminal");
+    assert_eq!(dropped(&s, "steady"), LINES as u64, "every line is counted");
+    let first = timestamp_ms(reports[0]);
+    let last = timestamp_ms(reports[reports.len() - 1]);
+    let seconds = (last - first) / 1000.0;
+    println!("{} log_dropped in {seconds:.1} s", reports.len());
+    assert!(
+        reports.len() as f64 <= seconds + 2.0,
+        "{} log_dropped in {seconds:.1} s",
+        reports.len()
+    );
+    // Each but the last (said at the end, whenever that is) a second or
+    // more after the one before (timestamps are taken as they are said).
+    for pair in reports[..reports.len() - 1].windows(2) {
+        let gap = timestamp_ms(pair[1]) - timestamp_ms(pair[0]);
+        let least = DROP_REPORT_INTERVAL.as_secs_f64() * 1000.0 - 100.0;
+        assert!(gap >= least, "{gap} ms between two log_dropped");
+    }
+}
+
+#[test]
+fn a_directory_in_the_place_of_the_file_is_reported_once_a_second() {
+    dropped_is_said_once_a_second(
+        "logs/steady.log",
+        |dir| std::fs::create_dir_all(dir.join("logs/steady.log")).unwrap(),
+        "Is a directory",
+    );
+}
+
+#[test]
+fn a_full_disk_is_reported_once_a_second() {
+    dropped_is_said_once_a_second("/dev/full", |_| {}, "No space left");
 }

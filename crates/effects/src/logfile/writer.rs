@@ -142,13 +142,19 @@ impl Writer {
         (batches, reopen, stop)
     }
 
+    /// Write a batch, and report the drops that are due. Lines this batch
+    /// loses (the file fails) are not reported here, once per batch — a
+    /// failing file loses every batch, hundreds a second — but counted in
+    /// the file's queue, with the drops of a full queue, for the next
+    /// report that is due (see [`Writer::take`]).
     fn write_batch(&mut self, files: &LogFiles, batch: Batch) {
         let Batch {
             path,
             spec,
             records,
-            mut dropped,
+            dropped: due,
         } = batch;
+        let mut dropped = Vec::new();
         if !records.is_empty() {
             let mut apps: Vec<Arc<str>> = Vec::new();
             for record in &records {
@@ -170,13 +176,23 @@ impl Writer {
                 }
             }
         }
-        for (app, count) in dropped {
+        if !dropped.is_empty() {
+            let mut shared = files.lock();
+            let queue = shared
+                .queues
+                .entry(path.clone())
+                .or_insert_with(|| FileQueue::new(Arc::clone(&spec)));
+            for (app, count) in dropped {
+                count_dropped(&mut queue.dropped, &app, count);
+            }
+        }
+        for (app, count) in due {
             warn!(
                 event = "log_dropped",
                 app = &*app,
                 count,
                 file = %path.display(),
-                "{app}: {count} output lines were not written to {} (the disk is slower than the output, or the file fails)",
+                "{app}: {count} output lines were not written to {} since the last report (the disk is slower than the output, or the file fails)",
                 path.display()
             );
         }
