@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,6 +22,9 @@ use model::spec::{LogFormat, LogSpec};
 const WRITE_CHUNK_BYTES: usize = 256 * 1024;
 /// Mode of a new log file (before the umask).
 const FILE_MODE: u32 = 0o640;
+/// Mode of a folder made for a log file (before the umask), as `mkdir -p`
+/// and pm2 make them.
+const FOLDER_MODE: u32 = 0o755;
 
 /// What the writer took from one queue in one look.
 struct Batch {
@@ -395,13 +398,42 @@ fn app_names(apps: &[Arc<str>]) -> String {
     names.join(",")
 }
 
+/// Open `path` for appending, made if missing — and its folders too, as
+/// `mkdir -p` would ([`FOLDER_MODE`]), when it is a folder that is missing.
+///
+/// The folders, like the file, are the supervisor's: made by it, owned by
+/// its user (root's when it runs as root), whatever `user` the app's workers
+/// run as. The workers never write there (the supervisor does, from their
+/// pipes), and a folder a worker owned would let it put a symlink in the
+/// place of the file for root to append to.
 fn open_append(path: &Path) -> io::Result<OpenFile> {
-    // std opens with O_CLOEXEC: no worker inherits a log file.
-    let file = OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(FILE_MODE)
-        .open(path)?;
+    let open = || {
+        // std opens with O_CLOEXEC: no worker inherits a log file.
+        OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(FILE_MODE)
+            .open(path)
+    };
+    let file = match open() {
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {
+            let Some(folder) = path.parent() else {
+                return Err(error);
+            };
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(FOLDER_MODE)
+                .create(folder)
+                .map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!("cannot make its folder {}: {e}", folder.display()),
+                    )
+                })?;
+            open()?
+        }
+        opened => opened?,
+    };
     let size = file.metadata()?.len();
     Ok(OpenFile {
         file,
