@@ -592,3 +592,162 @@ fn a_directory_in_the_place_of_the_file_is_reported_once_a_second() {
 fn a_full_disk_is_reported_once_a_second() {
     dropped_is_said_once_a_second("/dev/full", |_| {}, "No space left");
 }
+
+/// The `log_dropped` of `s` from the `from`th event on.
+fn drop_reports_since(s: &Supervised, from: usize) -> Vec<Value> {
+    s.events[from..]
+        .iter()
+        .filter(|e| e["event"] == "log_dropped")
+        .cloned()
+        .collect()
+}
+
+/// A file that becomes a directory while it is written (removed, and a
+/// directory made in its place): once the writer opens it again (SIGUSR1
+/// here, a rotation below), it fails, is said once, its drops once a
+/// second, and it works again once the directory is gone.
+#[test]
+fn a_file_that_becomes_a_directory_is_said_once_and_written_again_after() {
+    let mut s = ticker_logging_to("logs/ticker.log", make_logs);
+    let file = s.path("logs/ticker.log");
+    assert!(eventually(WAIT, || ticked(&file)), "{}", s.dump());
+    std::fs::remove_file(&file).unwrap();
+    std::fs::create_dir(&file).unwrap();
+    s.signal(libc::SIGUSR1);
+    let error = s.wait_for("the error", |e| e["event"] == "log_file_error");
+    assert!(
+        error["error"].as_str().unwrap().contains("Is a directory"),
+        "{error}"
+    );
+    let from = s.events.len();
+    let window = std::time::Instant::now();
+    s.until(Duration::from_secs(3), |_| false);
+    let seconds = window.elapsed().as_secs_f64();
+    let reports = drop_reports_since(&s, from);
+    assert!(
+        !reports.is_empty() && reports.len() as f64 <= seconds + 1.0,
+        "{} log_dropped in {seconds:.1} s",
+        reports.len()
+    );
+    std::fs::remove_dir(&file).unwrap();
+    s.wait_for("the recovery", |e| e["event"] == "log_file_recovered");
+    assert!(eventually(WAIT, || ticked(&file)));
+    let errors = s
+        .events
+        .iter()
+        .filter(|e| e["event"] == "log_file_error")
+        .count();
+    assert_eq!(errors, 1, "said once");
+}
+
+/// The same, found by a rotation: the directory is not renamed as if it
+/// were the file, nor written into.
+#[test]
+fn a_file_that_becomes_a_directory_before_a_rotation_is_left_alone() {
+    let mut s = Supervised::start_dropping_output(
+        &format!(
+            "apps:\n  ticker:\n    command: {TICKER}\n    log: {{file: logs/ticker.log, max_size: 200B, keep: 2}}\n"
+        ),
+        make_logs,
+    );
+    let file = s.path("logs/ticker.log");
+    assert!(eventually(WAIT, || s.path("logs/ticker.log.1").exists()));
+    std::fs::remove_file(&file).unwrap();
+    std::fs::create_dir(&file).unwrap();
+    std::fs::write(file.join("inside"), "mine\n").unwrap();
+    let error = s.wait_for("the error", |e| e["event"] == "log_file_error");
+    assert!(
+        error["error"].as_str().unwrap().contains("directory"),
+        "{error}"
+    );
+    s.until(Duration::from_secs(2), |_| false);
+    assert!(file.is_dir(), "the directory stays where it was");
+    assert_eq!(
+        std::fs::read_to_string(file.join("inside")).unwrap(),
+        "mine\n"
+    );
+    let names: Vec<String> = std::fs::read_dir(s.path("logs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    for name in &names {
+        let path = s.path("logs").join(name);
+        assert!(
+            name == "ticker.log" || path.is_file(),
+            "{name} is a file: the directory was not rotated ({names:?})"
+        );
+    }
+}
+
+/// Make a FIFO at `path`.
+fn mkfifo(path: &Path) {
+    nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
+}
+
+/// A log file that is not a regular file (a FIFO with a reader, as a
+/// device such as /dev/null would be) is written to, never rotated: a
+/// rotation would rename it and put a regular file in its place.
+#[test]
+fn a_fifo_as_the_log_file_is_written_and_never_rotated() {
+    let mut s = Supervised::start_dropping_output(
+        &format!(
+            "apps:\n  ticker:\n    command: {TICKER}\n    log: {{file: logs/fifo, max_size: 200B, keep: 2}}\n"
+        ),
+        |dir| {
+            make_logs(dir);
+            mkfifo(&dir.join("logs/fifo"));
+        },
+    );
+    let fifo = s.path("logs/fifo");
+    let (read, lines) = std::sync::mpsc::channel();
+    let reader_path = fifo.clone();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        let Ok(file) = std::fs::File::open(reader_path) else {
+            return;
+        };
+        for line in std::io::BufReader::new(file).lines().map_while(Result::ok) {
+            if read.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    // More than max_size, a few times over.
+    let mut taken = 0;
+    while taken < 2_000 {
+        let line = lines.recv_timeout(WAIT).expect("a line through the FIFO");
+        taken += line.len() + 1;
+    }
+    use std::os::unix::fs::FileTypeExt;
+    let kind = std::fs::symlink_metadata(&fifo).unwrap().file_type();
+    assert!(kind.is_fifo(), "the FIFO is still there: {kind:?}");
+    assert!(!s.path("logs/fifo.1").exists(), "nothing was rotated");
+    stop(&mut s);
+}
+
+/// A FIFO nobody reads: opening it for writing would wait for a reader for
+/// ever (and with it every other log file): it is a failure, said once.
+#[test]
+fn a_fifo_without_a_reader_is_an_error_not_a_hang() {
+    let mut s = Supervised::start_dropping_output(
+        &format!(
+            "apps:\n  ticker:\n    command: {TICKER}\n    log: {{file: logs/fifo}}\n  other:\n    command: {TICKER}\n    log: {{file: logs/other.log}}\n"
+        ),
+        |dir| {
+            make_logs(dir);
+            mkfifo(&dir.join("logs/fifo"));
+        },
+    );
+    let error = s.wait_for("the error", |e| {
+        e["event"] == "log_file_error" && e["app"] == "ticker"
+    });
+    assert!(
+        error["error"].as_str().unwrap().contains("No such device"),
+        "{error}"
+    );
+    assert!(
+        eventually(WAIT, || ticked(&s.path("logs/other.log"))),
+        "the other app's file is written"
+    );
+    stop(&mut s);
+}
