@@ -32,5 +32,6 @@ mod spawner;
 mod stack;
 mod stack_hostile;
 mod supervisor;
+mod terminal;
 mod top;
 mod upgrade;
