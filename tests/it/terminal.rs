@@ -124,30 +124,35 @@ fn assert_harmless(shown: &[u8]) {
     }
 }
 
-#[test]
-fn the_foreground_output_on_a_terminal_shows_control_characters_as_question_marks() {
+/// Run a supervisor of [`HOSTILE`] in a fresh folder, with `args`, on a
+/// terminal, until its worker has printed the line; then SIGTERM it. What
+/// the terminal was shown, and the folder.
+fn foreground_on_a_terminal(args: &[&str]) -> (Vec<u8>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("ecosystem.yaml"), HOSTILE).unwrap();
     let (supervisor, shown) = Terminal::open().run(
         Command::new(binary())
             .current_dir(dir.path())
             .args(["-f", "ecosystem.yaml"])
+            .args(args)
             .env("XDG_RUNTIME_DIR", runtime_dir(dir.path()))
             .env("NO_COLOR", "1")
             .env_remove("RUST_LOG"),
     );
-    let before = shown_when(&shown, "END");
+    shown_when(&shown, "END");
     // SAFETY: signalling the supervisor this test started, by its pid.
     unsafe { libc::kill(supervisor.id() as i32, libc::SIGTERM) };
     let status = ended(supervisor);
     let all = shown_when(&shown, "exiting");
     assert!(status.success(), "{status:?}");
+    (all, dir)
+}
+
+#[test]
+fn the_foreground_output_on_a_terminal_shows_control_characters_as_question_marks() {
+    let (all, dir) = foreground_on_a_terminal(&[]);
     let text = String::from_utf8_lossy(&all);
-    assert!(
-        text.contains(&format!("hostile.0 | {SHOWN}\r\n")),
-        "{:?}",
-        String::from_utf8_lossy(&before)
-    );
+    assert!(text.contains(&format!("hostile.0 | {SHOWN}\r\n")), "{text:?}");
     assert_harmless(&all);
     // The file keeps the bytes.
     let file = std::fs::read(dir.path().join("hostile.log")).unwrap();
@@ -156,6 +161,23 @@ fn the_foreground_output_on_a_terminal_shows_control_characters_as_question_mark
         "{:?}",
         String::from_utf8_lossy(&file)
     );
+}
+
+/// `--log-format json` on a terminal: each line a JSON object that says
+/// exactly what the worker printed, and not a control character on the
+/// terminal (serde escapes C0 controls; DEL and C1 are escaped too, which
+/// JSON allows: U+009B is CSI to a terminal).
+#[test]
+fn json_on_a_terminal_keeps_the_text_and_passes_no_control_character() {
+    let (all, _dir) = foreground_on_a_terminal(&["--log-format", "json"]);
+    assert_harmless(&all);
+    let text = String::from_utf8_lossy(&all);
+    let line = text
+        .split("\r\n")
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|e| e["event"] == "output")
+        .unwrap_or_else(|| panic!("no output event in {text:?}"));
+    assert_eq!(line["line"].as_str().unwrap().as_bytes(), PRINTED, "{line}");
 }
 
 #[test]

@@ -160,7 +160,11 @@ fn write_lines(
         };
         match message {
             Message::Line(line) => {
-                if out.write_all(&line).is_err() {
+                let written = match format {
+                    LogFormat::Json => terminal::json_c1_escaped(&line),
+                    LogFormat::Human { .. } => std::borrow::Cow::Borrowed(&line[..]),
+                };
+                if out.write_all(&written).is_err() {
                     dropped.fetch_add(1, Ordering::Relaxed);
                 }
                 queued_bytes.fetch_sub(line.len(), Ordering::Relaxed);

@@ -50,6 +50,38 @@ pub fn printable_bytes(line: &[u8]) -> Cow<'_, [u8]> {
     Cow::Owned(printable(&String::from_utf8_lossy(line), usize::MAX, Tab::Keep).into_bytes())
 }
 
+/// A JSON line with its DEL and C1 characters written as `\u007f`,
+/// `\u0080` … `\u009f`, which JSON allows and does not require (serde
+/// escapes only C0): a reader of the JSON gets the same text, and a
+/// terminal shown `--log-format json` gets no C1 CSI (U+009B). Only inside
+/// a string can such a character be; and in UTF-8, 0xC2 is only ever the
+/// first byte of a character, so the pairs found are characters.
+pub fn json_c1_escaped(line: &[u8]) -> Cow<'_, [u8]> {
+    let c1 = |pair: &[u8]| pair[0] == 0xC2 && (0x80..=0x9F).contains(&pair[1]);
+    if !line.contains(&0x7F) && !line.windows(2).any(c1) {
+        return Cow::Borrowed(line);
+    }
+    let mut escaped = Vec::with_capacity(line.len() + 16);
+    let mut rest = line;
+    while let Some((&first, after)) = rest.split_first() {
+        match (first, after.first()) {
+            (0x7F, _) => {
+                escaped.extend_from_slice(b"\\u007f");
+                rest = after;
+            }
+            (0xC2, Some(&second)) if (0x80..=0x9F).contains(&second) => {
+                escaped.extend_from_slice(format!("\\u{:04x}", second).as_bytes());
+                rest = &after[1..];
+            }
+            _ => {
+                escaped.push(first);
+                rest = after;
+            }
+        }
+    }
+    Cow::Owned(escaped)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,5 +104,22 @@ mod tests {
         assert_eq!(&*printable_bytes("é\u{9b}".as_bytes()), "é?".as_bytes());
         // A raw C1 CSI (not UTF-8) is not passed on.
         assert_eq!(&*printable_bytes(b"\x9b2J"), "\u{fffd}2J".as_bytes());
+    }
+
+    #[test]
+    fn json_lines_get_c1_and_del_escaped_and_say_the_same() {
+        // U+00A0 (no-break space) is not a control: it stays as it is.
+        let text = "a\u{9b}2J é\u{7f}\u{85}ü\u{a0}";
+        let line = serde_json::json!({ "line": text }).to_string();
+        let escaped = json_c1_escaped(line.as_bytes());
+        let expected = "{\"line\":\"a\\u009b2J é\\u007f\\u0085ü\u{a0}\"}";
+        assert_eq!(std::str::from_utf8(&escaped).unwrap(), expected);
+        let back: serde_json::Value = serde_json::from_slice(&escaped).unwrap();
+        assert_eq!(back["line"], text);
+        let plain = "{\"plain\":\"é\"}";
+        assert!(matches!(
+            json_c1_escaped(plain.as_bytes()),
+            Cow::Borrowed(_)
+        ));
     }
 }
