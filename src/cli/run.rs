@@ -203,8 +203,9 @@ fn serve(cli: &Cli, start: Start, begin: Begin, rendered: String) -> ExitCode {
         LogStyle::Json => LogFormat::Json,
         LogStyle::Human => {
             use std::io::IsTerminal;
-            let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-            LogFormat::Human { colour }
+            let terminal = std::io::stdout().is_terminal();
+            let colour = terminal && std::env::var_os("NO_COLOR").is_none();
+            LogFormat::Human { colour, terminal }
         }
     };
     let sink = LogSink::start_as(std::io::stdout(), format);

@@ -27,8 +27,10 @@ use crate::cli::output::{self, Unwritten};
 use crate::cli::{ecosystem_path, exit};
 use crate::control::server::MAX_CONNECTIONS;
 use config;
+use effects::output::terminal::{Tab, printable};
 use effects::runtime;
 use model::protocol::{Command, Request};
+use std::borrow::Cow;
 
 mod status;
 mod top;
@@ -412,6 +414,12 @@ pub fn logs(socket: &Path, request: Command) -> Result<(), Failure> {
         }),
         _ => None,
     };
+    // On a terminal, what the workers printed is made printable (see
+    // `effects::output::terminal`); into a pipe or a file, as printed.
+    let terminal = {
+        use std::io::IsTerminal;
+        std::io::stdout().is_terminal()
+    };
     let mut connection = Connection::open(socket, request)?;
     loop {
         let Some(reply) = connection.next_reply()? else {
@@ -439,11 +447,16 @@ pub fn logs(socket: &Path, request: Command) -> Result<(), Failure> {
             print(&format!("[{missed} lines missed]\n"))?;
             continue;
         }
+        let line = reply["line"].as_str().unwrap_or("");
+        let line = if terminal {
+            Cow::Owned(printable(line, usize::MAX, Tab::Keep))
+        } else {
+            Cow::Borrowed(line)
+        };
         print(&format!(
-            "{}.{} | {}\n",
-            reply["app"].as_str().unwrap_or("?"),
+            "{}.{} | {line}\n",
+            printable(reply["app"].as_str().unwrap_or("?"), usize::MAX, Tab::Keep),
             reply["slot"],
-            reply["line"].as_str().unwrap_or("")
         ))?;
     }
 }

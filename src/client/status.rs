@@ -5,6 +5,7 @@ use std::path::Path;
 
 use super::{Failure, ask, fail, print};
 use crate::cli::exit;
+use effects::output::terminal::{Tab, printable};
 use model::protocol::{AppStatus, Command, StatusReply};
 
 pub(super) fn duration(seconds: f64) -> String {
@@ -123,13 +124,19 @@ pub fn status(socket: &Path, all: bool, json: bool) -> Result<(), Failure> {
                     None => worker.state.clone(),
                 },
                 if worker.ready { "yes" } else { "no" }.to_string(),
-                health_column(worker),
+                printable(&health_column(worker), usize::MAX, Tab::Space),
                 worker.restarts.to_string(),
                 worker.uptime_s.map_or("-".into(), duration),
                 worker.cpu_percent.map_or("-".into(), percent),
                 memory_column(worker),
                 worker.last_exit.clone().unwrap_or_else(|| "-".into()),
-                worker.status.clone().unwrap_or_default(),
+                // The worker's own words (`STATUS=`): on the screen of
+                // whoever asks, so no control character of its.
+                printable(
+                    worker.status.as_deref().unwrap_or_default(),
+                    usize::MAX,
+                    Tab::Space,
+                ),
             ]);
         }
         notes.extend(schedule_note(app).map(|line| format!("{name}: {line}\n")));

@@ -9,12 +9,20 @@
 //! supervisor loop through a bounded queue with a reply channel; `logs` is
 //! served from the [`LogHub`] without involving the loop.
 //!
-//! A `logs -f` follower holds one of the [`MAX_CONNECTIONS`] slots for as
-//! long as it follows, so its end of the connection is watched too: when the
-//! client closes it (or shuts down its sending side, or the connection
-//! fails) the follow ends at once and frees the slot, even if the followed
-//! instances print nothing. A write would notice too, but a quiet instance
-//! never causes one.
+//! Two pools of places, so that followers can never lock out a command:
+//! every connection takes one of [`MAX_CONNECTIONS`] places until its
+//! request is read; a `logs -f` follower then trades it for one of
+//! [`MAX_FOLLOWERS`] places of its own, held for as long as it follows, and
+//! one follower more is refused at once with an error that says so (it is
+//! not left waiting for ever). A command holds its place only while it is
+//! answered, so however many followers there are, `status`, `stop`,
+//! `reload` and `upgrade` find a place within a request's time.
+//!
+//! A follower's end of the connection is watched too: when the client
+//! closes it (or shuts down its sending side, or the connection fails) the
+//! follow ends at once and frees its place, even if the followed instances
+//! print nothing. A write would notice too, but a quiet instance never
+//! causes one.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -25,7 +33,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc};
 use tracing::{debug, warn};
 
 use effects::output::LogHub;
@@ -40,8 +48,13 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 pub const CONTROL_QUEUE: usize = 64;
 /// Replies waiting for one client.
 pub const REPLY_QUEUE: usize = 64;
-/// Clients served at once; more wait in the listen backlog.
+/// Clients served at once, followers apart (see [`MAX_FOLLOWERS`]): a
+/// command, or a connection whose request is not read yet. More wait in
+/// the listen backlog.
 pub const MAX_CONNECTIONS: usize = 64;
+/// `logs -f` followers served at once, in a pool of their own; one more is
+/// refused (see [`too_many_followers`]).
+pub const MAX_FOLLOWERS: usize = 64;
 /// The first pause after a failed accept (EMFILE), doubled each time…
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
 /// …up to this.
@@ -98,9 +111,10 @@ pub fn bind(path: &Path) -> io::Result<UnixListener> {
 }
 
 /// Accept clients for as long as the supervisor runs: at most
-/// [`MAX_CONNECTIONS`] at once (more wait in the listen backlog), and after
-/// an accept error (EMFILE: out of fds) a pause that doubles up to
-/// [`ACCEPT_BACKOFF_MAX`] instead of a busy loop.
+/// [`MAX_CONNECTIONS`] at once besides at most [`MAX_FOLLOWERS`] followers
+/// (more wait in the listen backlog), and after an accept error (EMFILE:
+/// out of fds) a pause that doubles up to [`ACCEPT_BACKOFF_MAX`] instead of
+/// a busy loop.
 pub async fn serve(
     listener: UnixListener,
     requests: mpsc::Sender<ControlRequest>,
@@ -108,7 +122,9 @@ pub async fn serve(
 ) {
     // SAFETY: geteuid has no preconditions.
     let our_uid = unsafe { libc::geteuid() };
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    // The two pools of places (see the module's docs).
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let followers = Arc::new(Semaphore::new(MAX_FOLLOWERS));
     let mut backoff = ACCEPT_BACKOFF_MIN;
     loop {
         let Ok(permit) = slots.clone().acquire_owned().await else {
@@ -132,11 +148,18 @@ pub async fn serve(
         };
         let requests = requests.clone();
         let logs = logs.clone();
+        let followers = Arc::clone(&followers);
         tokio::spawn(async move {
-            if let Err(error) = connection(stream, our_uid, requests, logs).await {
+            let client = Client {
+                uid: our_uid,
+                requests,
+                logs,
+                place: permit,
+                followers,
+            };
+            if let Err(error) = connection(stream, client).await {
                 debug!("control connection: {error}");
             }
-            drop(permit);
         });
     }
 }
@@ -188,12 +211,35 @@ async fn send_line(stream: &mut tokio::net::unix::OwnedWriteHalf, line: String) 
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "client too slow"))?
 }
 
-async fn connection(
-    stream: UnixStream,
-    our_uid: u32,
+/// What serving one connection needs.
+struct Client {
+    /// Our uid, which the peer's must be (or root's).
+    uid: u32,
     requests: mpsc::Sender<ControlRequest>,
     logs: Arc<LogHub>,
-) -> io::Result<()> {
+    /// Its place among the [`MAX_CONNECTIONS`], held until it is answered
+    /// (or, for a follower, until it has a place among the followers).
+    place: OwnedSemaphorePermit,
+    /// The followers' pool.
+    followers: Arc<Semaphore>,
+}
+
+/// The error a follower gets when every follower's place is taken.
+fn too_many_followers() -> Value {
+    protocol::error_reply(&format!(
+        "the supervisor already serves {MAX_FOLLOWERS} `logs -f` followers, as many as it \
+         takes; end one of them, or read without -f"
+    ))
+}
+
+async fn connection(stream: UnixStream, client: Client) -> io::Result<()> {
+    let Client {
+        uid: our_uid,
+        requests,
+        logs,
+        place,
+        followers,
+    } = client;
     let uid = peer_uid(&stream)?;
     let connection = stream.as_raw_fd();
     let (read, mut write) = stream.into_split();
@@ -236,6 +282,18 @@ async fn connection(
         since_ms,
     } = request.command
     {
+        // A follower trades its place among the connections for one among
+        // the followers, or is refused at once: the commands' places stay
+        // free for the commands.
+        let _place = if follow {
+            let Ok(follower) = followers.try_acquire_owned() else {
+                return send(&mut write, &too_many_followers()).await;
+            };
+            drop(place);
+            follower
+        } else {
+            place
+        };
         // Past the request line, only the end of the client's stream matters
         // (see `client_gone`): bytes buffered after the line are dropped.
         let client_side = reader.into_inner().into_inner();

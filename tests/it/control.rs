@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crate::common::*;
 use serde_json::Value;
 use supervise::client::REPLY_TIMEOUT;
-use supervise::control::server::MAX_CONNECTIONS;
+use supervise::control::server::MAX_FOLLOWERS;
 
 const APPS: &str = r#"# two apps
 apps:
@@ -610,20 +610,50 @@ fn terminate(children: Vec<Child>) {
     }
 }
 
+/// How long a command may take while every follower's place is taken: far
+/// under the client's [`REPLY_TIMEOUT`], which is what a command waiting
+/// behind the followers ran into.
+const ANSWERED_AT_ONCE: Duration = Duration::from_secs(3);
+
+/// Run the command `args` and check that it succeeds within [`ANSWERED_AT_ONCE`].
+fn answers_at_once(s: &Supervised, args: &[&str]) {
+    let asked = Instant::now();
+    let output = client(s, args);
+    let took = asked.elapsed();
+    assert!(output.status.success(), "{args:?}: {output:?}");
+    assert!(
+        took < ANSWERED_AT_ONCE,
+        "{args:?} took {took:?} with every follower's place taken"
+    );
+}
+
 #[test]
-fn followers_of_a_quiet_app_that_leave_free_their_slots() {
+fn followers_have_their_own_places_and_every_command_still_answers() {
     let s = quiet();
     let baseline = fd_count(s.pid());
-    // More followers than the supervisor serves at once: the rest wait in the
-    // listen backlog, and are served (and found gone) once slots are free.
-    let children = followers(&s, MAX_CONNECTIONS + 6, MAX_CONNECTIONS);
+    let children = followers(&s, MAX_FOLLOWERS, MAX_FOLLOWERS);
     let during = fd_count(s.pid());
     assert!(
-        during >= baseline + MAX_CONNECTIONS,
-        "{during} fds with {MAX_CONNECTIONS} followers served ({baseline} before)"
+        during >= baseline + MAX_FOLLOWERS,
+        "{during} fds with {MAX_FOLLOWERS} followers served ({baseline} before)"
     );
+    // Every command answers at once, though each follower holds its place.
+    answers_at_once(&s, &["status", "--json"]);
+    answers_at_once(&s, &["reload", "quiet"]);
+    answers_at_once(&s, &["stop", "quiet"]);
+    answers_at_once(&s, &["start", "quiet"]);
+    // One follower more is refused at once, saying why, not left waiting.
+    let asked = Instant::now();
+    let refused = client(&s, &["logs", "quiet", "-f"]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    assert!(
+        stderr.contains(&format!("{MAX_FOLLOWERS} `logs -f` followers")),
+        "{stderr}"
+    );
+    assert!(asked.elapsed() < ANSWERED_AT_ONCE, "{:?}", asked.elapsed());
     // The app prints nothing more: only the closed connections can tell the
-    // supervisor that the followers are gone.
+    // supervisor that the followers are gone, and free their places.
     terminate(children);
     assert!(
         eventually(WAIT, || fd_count(s.pid()) <= baseline),
@@ -631,14 +661,65 @@ fn followers_of_a_quiet_app_that_leave_free_their_slots() {
         fd_count(s.pid()),
         s.dump()
     );
-    let asked = Instant::now();
-    let output = client(&s, &["status", "--json"]);
-    assert!(output.status.success(), "{output:?}");
-    assert!(
-        asked.elapsed() < Duration::from_secs(5),
-        "status took {:?} with every slot free",
-        asked.elapsed()
-    );
+    let again = followers(&s, MAX_FOLLOWERS, MAX_FOLLOWERS);
+    answers_at_once(&s, &["status"]);
+    terminate(again);
+}
+
+/// More followers than the supervisor takes, all at once, while it is
+/// told to stop an app and then to exit: the commands answer, the
+/// supervisor exits, and every follower ends — served ones quietly when
+/// the supervisor is gone, the others refused, saying why.
+#[test]
+fn a_follower_storm_while_stopping_locks_nothing_out_and_every_follower_ends() {
+    const STORM: usize = MAX_FOLLOWERS * 2 + 10;
+    let mut s = quiet();
+    let storm: Vec<Child> = (0..STORM)
+        .map(|_| {
+            std::process::Command::new(binary())
+                .current_dir(s.dir.path())
+                .env("XDG_RUNTIME_DIR", runtime_dir(s.dir.path()))
+                .args(["logs", "quiet", "-f"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("a follower starts")
+        })
+        .collect();
+    answers_at_once(&s, &["stop", "quiet"]);
+    answers_at_once(&s, &["status"]);
+    s.signal(libc::SIGTERM);
+    assert!(s.wait_exit(WAIT).success(), "{}", s.dump());
+    let deadline = Instant::now() + WAIT;
+    let mut refused = 0;
+    for mut child in storm {
+        let ended = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break Some(status),
+                _ if Instant::now() >= deadline => break None,
+                _ => std::thread::sleep(Duration::from_millis(10)),
+            }
+        };
+        let Some(status) = ended else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("a follower went on after the supervisor exited");
+        };
+        let mut stderr = String::new();
+        let _ = child
+            .stderr
+            .take()
+            .map(|mut e| e.read_to_string(&mut stderr));
+        match status.code() {
+            Some(0) => {}
+            Some(1) if stderr.contains("`logs -f` followers") => refused += 1,
+            // Came after the supervisor had gone: there is none to follow.
+            Some(3) if stderr.contains("no supervisor is running") => {}
+            _ => panic!("a follower ended with {status:?}: {stderr}"),
+        }
+    }
+    println!("{refused} of {STORM} followers were refused");
 }
 
 #[test]

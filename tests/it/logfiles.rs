@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use crate::common::*;
+use effects::logfile::DROP_REPORT_INTERVAL;
 use serde_json::Value;
 
 /// A python worker that prints `count` numbered lines of `length` bytes
@@ -251,18 +252,64 @@ fn sigusr1_after_a_rename_writes_new_lines_to_a_new_file() {
 /// A worker that prints a line every 50 ms.
 const TICKER: &str = r#"["python3", "-u", "-c", "import time\nwhile True:\n    print('tick')\n    time.sleep(0.05)"]"#;
 
+/// The umask of this process (which the supervisor it starts inherits),
+/// read without changing it.
+fn umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|l| l.starts_with("Umask:"))?;
+            u32::from_str_radix(line.split_whitespace().nth(1)?, 8).ok()
+        })
+        .expect("the umask, from /proc/self/status")
+}
+
+/// A ticker whose log file is `file`, in the folder of a fresh supervisor.
+fn ticker_logging_to(file: &str, prepare: impl FnOnce(&Path)) -> Supervised {
+    Supervised::start_with(
+        &format!("apps:\n  ticker:\n    command: {TICKER}\n    log: {{file: \"{file}\"}}\n"),
+        &[],
+        prepare,
+    )
+}
+
+/// Whether the file at `path` holds a line the ticker printed.
+fn ticked(path: &Path) -> bool {
+    std::fs::read_to_string(path).is_ok_and(|t| t.contains("tick"))
+}
+
 #[test]
-fn a_missing_folder_is_said_once_and_the_worker_runs_on_until_it_is_made() {
-    let mut s = Supervised::start_dropping_output(
-        &format!(
-            "apps:\n  ticker:\n    command: {TICKER}\n    log: {{file: missing/ticker.log}}\n"
-        ),
-        |_| {},
-    );
+fn missing_folders_are_made_0755_and_the_file_written() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut s = ticker_logging_to("missing/deeper/{app}.log", |_| {});
+    let file = s.path("missing/deeper/ticker.log");
+    assert!(eventually(WAIT, || ticked(&file)), "{}", s.dump());
+    for folder in ["missing", "missing/deeper"] {
+        let mode = std::fs::metadata(s.path(folder))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o755 & !umask(), "{folder}: {mode:o}");
+    }
+    stop(&mut s);
+    let said: Vec<&Value> = s
+        .events
+        .iter()
+        .filter(|e| e["event"] == "log_file_error" || e["event"] == "log_dropped")
+        .collect();
+    assert!(said.is_empty(), "{said:?}");
+}
+
+#[test]
+fn a_folder_that_cannot_be_made_is_said_once_and_the_worker_runs_on_until_it_can() {
+    // A file where the folder should be: the folder cannot be made.
+    let mut s = ticker_logging_to("blocked/ticker.log", |dir| {
+        std::fs::write(dir.join("blocked"), "").unwrap()
+    });
     let error = s.wait_for("the error", |e| e["event"] == "log_file_error");
     assert_eq!(error["app"], "ticker");
     assert!(
-        error["error"].as_str().unwrap().contains("No such file"),
+        error["error"].as_str().unwrap().contains("Not a directory"),
         "{error}"
     );
     let pid = s.wait_event("spawned", "ticker")["pid"].as_i64().unwrap() as i32;
@@ -271,18 +318,37 @@ fn a_missing_folder_is_said_once_and_the_worker_runs_on_until_it_is_made() {
         .as_str()
         .unwrap()
         .to_string();
-    assert!(log_error.contains("missing/ticker.log"), "{log_error}");
+    assert!(log_error.contains("blocked/ticker.log"), "{log_error}");
     said_once_and_the_worker_runs_on(&mut s, pid);
     let dropped_so_far = s.wait_for("a drop count", |e| e["event"] == "log_dropped");
     assert_eq!(dropped_so_far["app"], "ticker");
 
-    std::fs::create_dir(s.path("missing")).unwrap();
+    // Out of the way: the folder is made the next time the file is tried.
+    std::fs::remove_file(s.path("blocked")).unwrap();
     s.wait_for("the recovery", |e| e["event"] == "log_file_recovered");
-    assert!(eventually(WAIT, || {
-        std::fs::read_to_string(s.path("missing/ticker.log")).is_ok_and(|t| t.contains("tick"))
-    }));
+    assert!(eventually(WAIT, || ticked(&s.path("blocked/ticker.log"))));
     let status = status_json(&s);
     assert!(app_status(&status, "ticker")["log_error"].is_null());
+}
+
+/// The folders of a log file are the supervisor's, as the file is, whatever
+/// user the workers run as: a folder the worker owned would let it put a
+/// symlink in the place of the file for root to append to.
+#[test]
+#[ignore = "needs root"]
+fn folders_made_for_a_worker_of_another_user_are_the_supervisors() {
+    use std::os::unix::fs::MetadataExt;
+    require_root();
+    let mut s = Supervised::start(
+        "apps:\n  nobodys:\n    command: [sh, -c, \"while :; do echo tick; sleep 0.05; done\"]\n    user: nobody\n    cwd: /\n    log: {file: \"made/{app}.log\"}\n",
+    );
+    let file = s.path("made/nobodys.log");
+    assert!(eventually(WAIT, || ticked(&file)), "{}", s.dump());
+    for path in [s.path("made"), file] {
+        let metadata = std::fs::metadata(&path).unwrap();
+        assert_eq!((metadata.uid(), metadata.gid()), (0, 0), "{path:?}");
+    }
+    stop(&mut s);
 }
 
 /// Run the supervisor in its own mount namespace, where `logs` is a tmpfs
@@ -462,4 +528,227 @@ fn an_edit_of_the_log_key_restarts_nothing_and_moves_the_output() {
     s.barrier();
     assert_eq!(s.count("spawned", "ticker"), 1, "a tuned key\n{}", s.dump());
     assert_eq!(s.running_pids("ticker"), [pid.as_i64().unwrap() as i32]);
+}
+
+/// A python worker that prints `count` lines, one every millisecond or so
+/// (a batch for the writer each time), then exits 0.
+fn steady_app(count: usize, file: &str) -> String {
+    format!(
+        r#"apps:
+  steady:
+    command: ["python3", "-u", "-c", "import time\nfor i in range({count}):\n    print(i)\n    time.sleep(0.001)"]
+    restart: never
+    ready: none
+    log: {{file: "{file}"}}
+"#
+    )
+}
+
+/// While a file fails on every line, `log_dropped` is said at most once a
+/// [`DROP_REPORT_INTERVAL`] per file (and once more at the end), each time
+/// with the lines dropped since the one before: together, every line.
+fn dropped_is_said_once_a_second(file: &str, prepare: impl FnOnce(&Path), error: &str) {
+    const LINES: usize = 2000;
+    let mut s = Supervised::start_with(&steady_app(LINES, file), &[], prepare);
+    let said = s.wait_for("the error", |e| e["event"] == "log_file_error");
+    assert!(said["error"].as_str().unwrap().contains(error), "{said}");
+    s.wait_event("exited", "steady");
+    stop(&mut s);
+    let reports: Vec<&Value> = s
+        .events
+        .iter()
+        .filter(|e| e["event"] == "log_dropped")
+        .collect();
+    let lines = s.count("output", "steady");
+    assert_eq!(lines, LINES, "every line reached the terminal");
+    assert_eq!(dropped(&s, "steady"), LINES as u64, "every line is counted");
+    let first = timestamp_ms(reports[0]);
+    let last = timestamp_ms(reports[reports.len() - 1]);
+    let seconds = (last - first) / 1000.0;
+    println!("{} log_dropped in {seconds:.1} s", reports.len());
+    assert!(
+        reports.len() as f64 <= seconds + 2.0,
+        "{} log_dropped in {seconds:.1} s",
+        reports.len()
+    );
+    // Each but the last (said at the end, whenever that is) a second or
+    // more after the one before (timestamps are taken as they are said).
+    for pair in reports[..reports.len() - 1].windows(2) {
+        let gap = timestamp_ms(pair[1]) - timestamp_ms(pair[0]);
+        let least = DROP_REPORT_INTERVAL.as_secs_f64() * 1000.0 - 100.0;
+        assert!(gap >= least, "{gap} ms between two log_dropped");
+    }
+}
+
+#[test]
+fn a_directory_in_the_place_of_the_file_is_reported_once_a_second() {
+    dropped_is_said_once_a_second(
+        "logs/steady.log",
+        |dir| std::fs::create_dir_all(dir.join("logs/steady.log")).unwrap(),
+        "Is a directory",
+    );
+}
+
+#[test]
+fn a_full_disk_is_reported_once_a_second() {
+    dropped_is_said_once_a_second("/dev/full", |_| {}, "No space left");
+}
+
+/// The `log_dropped` of `s` from the `from`th event on.
+fn drop_reports_since(s: &Supervised, from: usize) -> Vec<Value> {
+    s.events[from..]
+        .iter()
+        .filter(|e| e["event"] == "log_dropped")
+        .cloned()
+        .collect()
+}
+
+/// A file that becomes a directory while it is written (removed, and a
+/// directory made in its place): once the writer opens it again (SIGUSR1
+/// here, a rotation below), it fails, is said once, its drops once a
+/// second, and it works again once the directory is gone.
+#[test]
+fn a_file_that_becomes_a_directory_is_said_once_and_written_again_after() {
+    let mut s = ticker_logging_to("logs/ticker.log", make_logs);
+    let file = s.path("logs/ticker.log");
+    assert!(eventually(WAIT, || ticked(&file)), "{}", s.dump());
+    std::fs::remove_file(&file).unwrap();
+    std::fs::create_dir(&file).unwrap();
+    s.signal(libc::SIGUSR1);
+    let error = s.wait_for("the error", |e| e["event"] == "log_file_error");
+    assert!(
+        error["error"].as_str().unwrap().contains("Is a directory"),
+        "{error}"
+    );
+    let from = s.events.len();
+    let window = std::time::Instant::now();
+    s.until(Duration::from_secs(3), |_| false);
+    let seconds = window.elapsed().as_secs_f64();
+    let reports = drop_reports_since(&s, from);
+    assert!(
+        !reports.is_empty() && reports.len() as f64 <= seconds + 1.0,
+        "{} log_dropped in {seconds:.1} s",
+        reports.len()
+    );
+    std::fs::remove_dir(&file).unwrap();
+    s.wait_for("the recovery", |e| e["event"] == "log_file_recovered");
+    assert!(eventually(WAIT, || ticked(&file)));
+    let errors = s
+        .events
+        .iter()
+        .filter(|e| e["event"] == "log_file_error")
+        .count();
+    assert_eq!(errors, 1, "said once");
+}
+
+/// The same, found by a rotation: the directory is not renamed as if it
+/// were the file, nor written into.
+#[test]
+fn a_file_that_becomes_a_directory_before_a_rotation_is_left_alone() {
+    let mut s = Supervised::start_dropping_output(
+        &format!(
+            "apps:\n  ticker:\n    command: {TICKER}\n    log: {{file: logs/ticker.log, max_size: 200B, keep: 2}}\n"
+        ),
+        make_logs,
+    );
+    let file = s.path("logs/ticker.log");
+    assert!(eventually(WAIT, || s.path("logs/ticker.log.1").exists()));
+    std::fs::remove_file(&file).unwrap();
+    std::fs::create_dir(&file).unwrap();
+    std::fs::write(file.join("inside"), "mine\n").unwrap();
+    let error = s.wait_for("the error", |e| e["event"] == "log_file_error");
+    assert!(
+        error["error"].as_str().unwrap().contains("directory"),
+        "{error}"
+    );
+    s.until(Duration::from_secs(2), |_| false);
+    assert!(file.is_dir(), "the directory stays where it was");
+    assert_eq!(
+        std::fs::read_to_string(file.join("inside")).unwrap(),
+        "mine\n"
+    );
+    let names: Vec<String> = std::fs::read_dir(s.path("logs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    for name in &names {
+        let path = s.path("logs").join(name);
+        assert!(
+            name == "ticker.log" || path.is_file(),
+            "{name} is a file: the directory was not rotated ({names:?})"
+        );
+    }
+}
+
+/// Make a FIFO at `path`.
+fn mkfifo(path: &Path) {
+    nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
+}
+
+/// A log file that is not a regular file (a FIFO with a reader, as a
+/// device such as /dev/null would be) is written to, never rotated: a
+/// rotation would rename it and put a regular file in its place.
+#[test]
+fn a_fifo_as_the_log_file_is_written_and_never_rotated() {
+    let mut s = Supervised::start_dropping_output(
+        &format!(
+            "apps:\n  ticker:\n    command: {TICKER}\n    log: {{file: logs/fifo, max_size: 200B, keep: 2}}\n"
+        ),
+        |dir| {
+            make_logs(dir);
+            mkfifo(&dir.join("logs/fifo"));
+        },
+    );
+    let fifo = s.path("logs/fifo");
+    let (read, lines) = std::sync::mpsc::channel();
+    let reader_path = fifo.clone();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        let Ok(file) = std::fs::File::open(reader_path) else {
+            return;
+        };
+        for line in std::io::BufReader::new(file).lines().map_while(Result::ok) {
+            if read.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    // More than max_size, a few times over.
+    let mut taken = 0;
+    while taken < 2_000 {
+        let line = lines.recv_timeout(WAIT).expect("a line through the FIFO");
+        taken += line.len() + 1;
+    }
+    use std::os::unix::fs::FileTypeExt;
+    let kind = std::fs::symlink_metadata(&fifo).unwrap().file_type();
+    assert!(kind.is_fifo(), "the FIFO is still there: {kind:?}");
+    assert!(!s.path("logs/fifo.1").exists(), "nothing was rotated");
+    stop(&mut s);
+}
+
+/// A FIFO nobody reads: opening it for writing would wait for a reader for
+/// ever (and with it every other log file): it is a failure, said once.
+#[test]
+fn a_fifo_without_a_reader_is_an_error_not_a_hang() {
+    let mut s = Supervised::start_dropping_output(
+        &format!(
+            "apps:\n  ticker:\n    command: {TICKER}\n    log: {{file: logs/fifo}}\n  other:\n    command: {TICKER}\n    log: {{file: logs/other.log}}\n"
+        ),
+        |dir| {
+            make_logs(dir);
+            mkfifo(&dir.join("logs/fifo"));
+        },
+    );
+    let error = s.wait_for("the error", |e| {
+        e["event"] == "log_file_error" && e["app"] == "ticker"
+    });
+    assert!(
+        error["error"].as_str().unwrap().contains("No such device"),
+        "{error}"
+    );
+    assert!(
+        eventually(WAIT, || ticked(&s.path("logs/other.log"))),
+        "the other app's file is written"
+    );
+    stop(&mut s);
 }

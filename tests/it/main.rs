@@ -34,5 +34,6 @@ mod stack;
 mod stack_hostile;
 mod stall;
 mod supervisor;
+mod terminal;
 mod top;
 mod upgrade;

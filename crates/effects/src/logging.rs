@@ -6,6 +6,7 @@
 //! `slot`, `pid`, `generation`, …) at the top level — a stable interface that
 //! tests and scripts rely on (the manual's event log, docs/src/events.md).
 
+use std::borrow::Cow;
 use std::fmt;
 use std::io::{self, Write};
 use std::time::SystemTime;
@@ -16,6 +17,7 @@ use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, MakeWriter};
 use tracing_subscriber::registry::LookupSpan;
 
+use super::output::terminal::{Tab, printable};
 use super::output::{LogFormat, LogSink};
 
 /// Hands tracing a buffer per event; the buffer is queued as one line when dropped.
@@ -54,8 +56,12 @@ impl<'a> MakeWriter<'a> for SinkWriter {
     }
 }
 
-/// `HH:MM:SS.mmm supervise | [warning: ]message`.
-struct HumanFormat;
+/// `HH:MM:SS.mmm supervise | [warning: ]message`. On a terminal the
+/// message is made printable: it may quote what a worker said (an HTTP
+/// probe's answer, say), see [`super::output::terminal`].
+struct HumanFormat {
+    terminal: bool,
+}
 
 struct MessageOnly(String);
 
@@ -87,15 +93,26 @@ where
         event.record(&mut message);
         let stamp = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
         let time = stamp.get(11..23).unwrap_or(&stamp);
-        let level = match *event.metadata().level() {
-            Level::ERROR => "error: ",
-            Level::WARN => "warning: ",
-            Level::DEBUG => "debug: ",
-            Level::TRACE => "trace: ",
-            Level::INFO => "",
-        };
-        writeln!(writer, "{time} supervise | {level}{}", message.0)
+        let line = human_line(time, *event.metadata().level(), &message.0, self.terminal);
+        write!(writer, "{line}")
     }
+}
+
+/// One of the supervisor's own lines, in human form, with its newline.
+fn human_line(time: &str, level: Level, message: &str, terminal: bool) -> String {
+    let level = match level {
+        Level::ERROR => "error: ",
+        Level::WARN => "warning: ",
+        Level::DEBUG => "debug: ",
+        Level::TRACE => "trace: ",
+        Level::INFO => "",
+    };
+    let message = if terminal {
+        Cow::Owned(printable(message, usize::MAX, Tab::Keep))
+    } else {
+        Cow::Borrowed(message)
+    };
+    format!("{time} supervise | {level}{message}\n")
 }
 
 /// Install the global subscriber. `verbosity`: -1 quiet (warnings and errors),
@@ -117,7 +134,9 @@ pub fn init(sink: LogSink, format: LogFormat, verbosity: i8) {
         .with_env_filter(filter)
         .with_writer(SinkWriter(sink));
     let result = match format {
-        LogFormat::Human { .. } => builder.event_format(HumanFormat).try_init(),
+        LogFormat::Human { terminal, .. } => {
+            builder.event_format(HumanFormat { terminal }).try_init()
+        }
         LogFormat::Json => builder
             .json()
             .flatten_event(true)
@@ -127,4 +146,22 @@ pub fn init(sink: LogSink, format: LogFormat, verbosity: i8) {
     };
     // A second init (tests calling run twice in one process) keeps the first.
     let _ = result;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_supervisors_own_lines_are_made_printable_on_a_terminal_only() {
+        let message = "web.0 is not ready: HTTP \x1b]0;pwned\x07";
+        assert_eq!(
+            human_line("12:00:00.000", Level::WARN, message, true),
+            "12:00:00.000 supervise | warning: web.0 is not ready: HTTP ?]0;pwned?\n"
+        );
+        assert_eq!(
+            human_line("12:00:00.000", Level::INFO, message, false),
+            format!("12:00:00.000 supervise | {message}\n")
+        );
+    }
 }

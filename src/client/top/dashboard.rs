@@ -8,8 +8,11 @@ use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 use super::model::{InstanceRow, Table};
 use crate::cli::exit;
+// Whatever may hold a control character (a worker's text above all) is
+// drawn printable, tabs as spaces: nothing but ratatui moves the cursor.
 use crate::client::Failure;
 use ::model::protocol::{Command, StatusReply};
+use effects::output::terminal::{Tab, printable};
 
 /// The most log lines asked for at once (for the pane's height; an app's
 /// share per instance is this divided among them, at least one each).
@@ -374,7 +377,7 @@ impl Dashboard {
                     lines: lines
                         .into_iter()
                         .map(|(slot, line)| {
-                            let line = printable(&line, LOG_LINE_CHARS_MAX);
+                            let line = printable(&line, LOG_LINE_CHARS_MAX, Tab::Space);
                             if per_app {
                                 format!("{target}.{slot} | {line}")
                             } else {
@@ -409,21 +412,7 @@ fn header(status: &StatusReply) -> String {
     if status.config_error.is_some() {
         text.push_str("; the last edit is invalid (supervise status shows why)");
     }
-    printable(&text, usize::MAX)
-}
-
-/// `text` safe to put on the screen: at most `max_chars` characters, with
-/// control characters (an escape sequence a worker printed, a tab) shown as
-/// `?` and spaces, so that nothing but ratatui moves the terminal's cursor.
-pub fn printable(text: &str, max_chars: usize) -> String {
-    text.chars()
-        .take(max_chars)
-        .map(|c| match c {
-            '\t' => ' ',
-            c if c.is_control() => '?',
-            c => c,
-        })
-        .collect()
+    printable(&text, usize::MAX, Tab::Space)
 }
 
 #[cfg(test)]

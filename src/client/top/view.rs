@@ -13,8 +13,9 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Paragraph, Row, Table, TableState};
 
-use super::dashboard::{Action, Dashboard, Link, Mode, printable};
+use super::dashboard::{Action, Dashboard, Link, Mode};
 use super::model::Column;
+use effects::output::terminal::{Tab, printable};
 
 /// Below this height the log pane is left out: the table comes first.
 const LOG_PANE_MIN_TERMINAL_ROWS: u16 = 16;
@@ -92,7 +93,7 @@ fn header(dashboard: &Dashboard) -> Paragraph<'static> {
         Link::Connecting => Span::raw("  connecting…"),
         Link::Up => Span::raw(""),
         Link::Lost(why) => Span::styled(
-            format!("  {}", printable(why, usize::MAX)),
+            format!("  {}", printable(why, usize::MAX, Tab::Space)),
             Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
         ),
     };
@@ -152,7 +153,7 @@ fn draw_table(frame: &mut Frame, dashboard: &Dashboard, state: &mut TableState, 
     let rows = table.shown().map(|row| {
         Row::new(columns.iter().map(|(column, _)| match column {
             Column::Instance => instance_cell(&row.app, row.slot, instance_width),
-            _ => printable(&row.cell(*column), usize::MAX),
+            _ => printable(&row.cell(*column), usize::MAX, Tab::Space),
         }))
     });
     let widget = Table::new(rows, widths)
@@ -255,7 +256,7 @@ fn logs(dashboard: &Dashboard, height: u16) -> Paragraph<'static> {
     let inner = usize::from(height.saturating_sub(2));
     let text: Vec<Line> = match (&pane.error, dashboard.table.selected()) {
         (Some(error), _) => vec![Line::styled(
-            printable(error, usize::MAX),
+            printable(error, usize::MAX, Tab::Space),
             Style::new().fg(Color::Red),
         )],
         (None, None) => vec![Line::raw("no instance selected")],
@@ -290,7 +291,10 @@ fn status_line(dashboard: &Dashboard) -> Paragraph<'static> {
                 } else {
                     Style::new()
                 };
-                Paragraph::new(Span::styled(printable(&notice.text, usize::MAX), style))
+                Paragraph::new(Span::styled(
+                    printable(&notice.text, usize::MAX, Tab::Space),
+                    style,
+                ))
             }
             None => Paragraph::new(shown_count(dashboard)),
         },

@@ -23,8 +23,10 @@
 //! Errors (a folder missing, permission denied, a full disk) are reported
 //! once per file (`log_file_error`) and kept for `status`; the file is tried
 //! again at most every [`RETRY_INTERVAL`], the lines meanwhile are dropped and
-//! counted, and `log_file_recovered` says when it works again. A worker never
-//! notices any of it.
+//! counted — and said as the others are, in one `log_dropped` at most every
+//! [`DROP_REPORT_INTERVAL`] per file, however many batches failed — and
+//! `log_file_recovered` says when it works again. A worker never notices any
+//! of it.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -74,12 +76,23 @@ struct FileQueue {
     spec: Arc<LogSpec>,
     records: Vec<Record>,
     bytes: usize,
-    /// Lines dropped since the last report, per app.
+    /// Lines dropped since the last report, per app: those a full queue
+    /// refused, and those of batches the file did not take (it fails).
     dropped: Vec<(Arc<str>, u64)>,
     last_report: Option<Instant>,
 }
 
 impl FileQueue {
+    fn new(spec: Arc<LogSpec>) -> FileQueue {
+        FileQueue {
+            spec,
+            records: Vec::new(),
+            bytes: 0,
+            dropped: Vec::new(),
+            last_report: None,
+        }
+    }
+
     /// Nothing to write and nothing to report.
     fn is_empty(&self) -> bool {
         self.records.is_empty() && self.dropped.is_empty()
@@ -219,13 +232,10 @@ impl LogFiles {
             }
         };
         let total = shared.queued_bytes;
-        let queue = shared.queues.entry(path).or_insert_with(|| FileQueue {
-            spec: Arc::clone(&spec),
-            records: Vec::new(),
-            bytes: 0,
-            dropped: Vec::new(),
-            last_report: None,
-        });
+        let queue = shared
+            .queues
+            .entry(path)
+            .or_insert_with(|| FileQueue::new(Arc::clone(&spec)));
         if !Arc::ptr_eq(&queue.spec, &spec) {
             queue.spec = spec;
         }

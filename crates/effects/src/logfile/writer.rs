@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,6 +22,9 @@ use model::spec::{LogFormat, LogSpec};
 const WRITE_CHUNK_BYTES: usize = 256 * 1024;
 /// Mode of a new log file (before the umask).
 const FILE_MODE: u32 = 0o640;
+/// Mode of a folder made for a log file (before the umask), as `mkdir -p`
+/// and pm2 make them.
+const FOLDER_MODE: u32 = 0o755;
 
 /// What the writer took from one queue in one look.
 struct Batch {
@@ -37,6 +40,10 @@ struct OpenFile {
     file: File,
     size: u64,
     last_write: Instant,
+    /// A regular file, rotated by size. Anything else (a device such as
+    /// /dev/null, a FIFO) is only written to: a rotation would rename it
+    /// and put a regular file in its place.
+    rotated: bool,
 }
 
 /// A file that failed, until it has worked for [`RECOVERED_AFTER`].
@@ -142,13 +149,19 @@ impl Writer {
         (batches, reopen, stop)
     }
 
+    /// Write a batch, and report the drops that are due. Lines this batch
+    /// loses (the file fails) are not reported here, once per batch — a
+    /// failing file loses every batch, hundreds a second — but counted in
+    /// the file's queue, with the drops of a full queue, for the next
+    /// report that is due (see [`Writer::take`]).
     fn write_batch(&mut self, files: &LogFiles, batch: Batch) {
         let Batch {
             path,
             spec,
             records,
-            mut dropped,
+            dropped: due,
         } = batch;
+        let mut dropped = Vec::new();
         if !records.is_empty() {
             let mut apps: Vec<Arc<str>> = Vec::new();
             for record in &records {
@@ -170,13 +183,23 @@ impl Writer {
                 }
             }
         }
-        for (app, count) in dropped {
+        if !dropped.is_empty() {
+            let mut shared = files.lock();
+            let queue = shared
+                .queues
+                .entry(path.clone())
+                .or_insert_with(|| FileQueue::new(Arc::clone(&spec)));
+            for (app, count) in dropped {
+                count_dropped(&mut queue.dropped, &app, count);
+            }
+        }
+        for (app, count) in due {
             warn!(
                 event = "log_dropped",
                 app = &*app,
                 count,
                 file = %path.display(),
-                "{app}: {count} output lines were not written to {} (the disk is slower than the output, or the file fails)",
+                "{app}: {count} output lines were not written to {} since the last report (the disk is slower than the output, or the file fails)",
                 path.display()
             );
         }
@@ -216,7 +239,8 @@ impl Writer {
         record: &Record,
         dropped: &mut Vec<(Arc<str>, u64)>,
     ) {
-        let Some(size) = self.open.get(path).map(|open| open.size) else {
+        let Some((size, rotated)) = self.open.get(path).map(|open| (open.size, open.rotated))
+        else {
             count_dropped(dropped, &record.app, 1);
             return;
         };
@@ -224,7 +248,7 @@ impl Writer {
         render(&mut self.chunk, spec.format, record);
         let length = self.chunk.len() - pending;
         let before = size + pending as u64;
-        if before > 0 && before + length as u64 > spec.max_size {
+        if rotated && before > 0 && before + length as u64 > spec.max_size {
             let line = self.chunk.split_off(pending);
             self.flush_chunk(files, path, dropped);
             let apps = [Arc::clone(&record.app)];
@@ -278,7 +302,10 @@ impl Writer {
     }
 
     /// `FILE.{keep-1}` → `FILE.{keep}` … `FILE` → `FILE.1`; the oldest goes.
-    /// Then a new, empty `FILE` is opened.
+    /// Then a new, empty `FILE` is opened. What is at the path now must be
+    /// a regular file: one removed and replaced by a directory (or anything
+    /// else) while it was open is not renamed as if it were the file, and
+    /// the open that follows fails and says why.
     fn rotate(&mut self, files: &LogFiles, path: &Path, keep: u32, apps: &[Arc<str>]) {
         self.open.remove(path);
         let numbered = |n: u32| {
@@ -287,6 +314,15 @@ impl Writer {
             PathBuf::from(name)
         };
         let renamed = (|| -> io::Result<()> {
+            match std::fs::metadata(path) {
+                Ok(now) if !now.is_file() => {
+                    return Err(io::Error::other(format!(
+                        "it is not a regular file any more but {}",
+                        kind_of(&now.file_type())
+                    )));
+                }
+                _ => {}
+            }
             // Older files than `keep` allows (it was lowered) go too.
             let mut extra = keep + 1;
             while remove_if_there(&numbered(extra))? {
@@ -379,19 +415,72 @@ fn app_names(apps: &[Arc<str>]) -> String {
     names.join(",")
 }
 
+/// Open `path` for appending, made if missing — and its folders too, as
+/// `mkdir -p` would ([`FOLDER_MODE`]), when it is a folder that is missing.
+///
+/// Opened with O_NONBLOCK, which a regular file ignores, so that the
+/// writer thread — every file's — never waits on one that is not: a FIFO
+/// nobody reads fails the open (ENXIO) instead of waiting for a reader for
+/// ever, and a full one fails the write (EAGAIN) instead of waiting for it
+/// to be read. Either is a failing file, tried again later.
+///
+/// The folders, like the file, are the supervisor's: made by it, owned by
+/// its user (root's when it runs as root), whatever `user` the app's workers
+/// run as. The workers never write there (the supervisor does, from their
+/// pipes), and a folder a worker owned would let it put a symlink in the
+/// place of the file for root to append to.
 fn open_append(path: &Path) -> io::Result<OpenFile> {
-    // std opens with O_CLOEXEC: no worker inherits a log file.
-    let file = OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(FILE_MODE)
-        .open(path)?;
-    let size = file.metadata()?.len();
+    let open = || {
+        // std opens with O_CLOEXEC: no worker inherits a log file.
+        OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(FILE_MODE)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+    };
+    let file = match open() {
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {
+            let Some(folder) = path.parent() else {
+                return Err(error);
+            };
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(FOLDER_MODE)
+                .create(folder)
+                .map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!("cannot make its folder {}: {e}", folder.display()),
+                    )
+                })?;
+            open()?
+        }
+        opened => opened?,
+    };
+    let metadata = file.metadata()?;
     Ok(OpenFile {
         file,
-        size,
+        size: metadata.len(),
         last_write: Instant::now(),
+        rotated: metadata.is_file(),
     })
+}
+
+/// What a file that is not a regular one is, to say so.
+fn kind_of(kind: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_char_device() || kind.is_block_device() {
+        "a device"
+    } else {
+        "not a regular file"
+    }
 }
 
 /// Remove `path`; false when it was not there.

@@ -7,6 +7,7 @@
 //! output nobody reads never blocks, and a flood costs at most the queue.
 
 pub mod rings;
+pub mod terminal;
 
 use std::io::Write;
 use std::os::fd::OwnedFd;
@@ -52,7 +53,13 @@ pub struct LogSink {
 impl LogSink {
     /// Start the writer thread writing to `out`, in human form.
     pub fn start(out: impl Write + Send + 'static) -> LogSink {
-        LogSink::start_as(out, LogFormat::Human { colour: false })
+        LogSink::start_as(
+            out,
+            LogFormat::Human {
+                colour: false,
+                terminal: false,
+            },
+        )
     }
 
     /// Start the writer thread writing to `out`; its own note of dropped
@@ -153,7 +160,11 @@ fn write_lines(
         };
         match message {
             Message::Line(line) => {
-                if out.write_all(&line).is_err() {
+                let written = match format {
+                    LogFormat::Json => terminal::json_c1_escaped(&line),
+                    LogFormat::Human { .. } => std::borrow::Cow::Borrowed(&line[..]),
+                };
+                if out.write_all(&written).is_err() {
                     dropped.fetch_add(1, Ordering::Relaxed);
                 }
                 queued_bytes.fetch_sub(line.len(), Ordering::Relaxed);
@@ -195,7 +206,12 @@ fn drop_note(count: u64, format: LogFormat) -> Vec<u8> {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
-    Human { colour: bool },
+    /// `web.2 | line`; `colour` for the prefix, `terminal` when the output
+    /// is one: then what workers print is made [`terminal::printable`].
+    Human {
+        colour: bool,
+        terminal: bool,
+    },
     Json,
 }
 
@@ -229,10 +245,11 @@ fn colour_of(app: &str) -> u8 {
     31 + (hash % 6) as u8
 }
 
-/// Render one line a worker printed.
+/// Render one line a worker printed: on a terminal, made printable (see
+/// [`terminal`]); otherwise as printed.
 pub fn render_line(source: &Source, stream: Stream, line: &[u8], format: LogFormat) -> Vec<u8> {
     match format {
-        LogFormat::Human { colour } => {
+        LogFormat::Human { colour, terminal } => {
             let mut out = Vec::with_capacity(line.len() + source.app.len() + 16);
             if colour {
                 out.extend_from_slice(
@@ -247,7 +264,11 @@ pub fn render_line(source: &Source, stream: Stream, line: &[u8], format: LogForm
             } else {
                 out.extend_from_slice(format!("{}.{} | ", source.app, source.slot).as_bytes());
             }
-            out.extend_from_slice(line);
+            if terminal {
+                out.extend_from_slice(&terminal::printable_bytes(line));
+            } else {
+                out.extend_from_slice(line);
+            }
             out.push(b'\n');
             out
         }

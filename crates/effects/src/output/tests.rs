@@ -42,14 +42,20 @@ fn human_lines_are_prefixed_and_json_lines_are_records() {
         &source,
         Stream::Stdout,
         b"hello",
-        LogFormat::Human { colour: false },
+        LogFormat::Human {
+            colour: false,
+            terminal: false,
+        },
     );
     assert_eq!(human, b"web.2 | hello\n");
     let coloured = render_line(
         &source,
         Stream::Stdout,
         b"hello",
-        LogFormat::Human { colour: true },
+        LogFormat::Human {
+            colour: true,
+            terminal: true,
+        },
     );
     assert!(coloured.starts_with(b"\x1b[3"));
     let json = render_line(&source, Stream::Stderr, b"oops \xff", LogFormat::Json);
@@ -87,7 +93,14 @@ fn the_note_of_dropped_lines_is_a_json_record_in_json_mode() {
     let record: serde_json::Value = serde_json::from_slice(&note).unwrap();
     assert_eq!(record["event"], "output_dropped");
     assert_eq!(record["count"], 7);
-    let human = String::from_utf8(drop_note(7, LogFormat::Human { colour: true })).unwrap();
+    let human = String::from_utf8(drop_note(
+        7,
+        LogFormat::Human {
+            colour: true,
+            terminal: true,
+        },
+    ))
+    .unwrap();
     assert_eq!(
         human,
         "supervise | 7 output lines dropped (the terminal is too slow or gone)\n"
@@ -109,4 +122,36 @@ fn a_broken_terminal_counts_lines_as_dropped() {
     sink.send(b"x\n".to_vec());
     sink.flush(Duration::from_secs(5));
     assert!(sink.dropped() >= 1);
+}
+
+#[test]
+fn on_a_terminal_a_workers_control_characters_are_shown_as_question_marks() {
+    let source = Source {
+        app: "web".into(),
+        slot: 0,
+    };
+    let hostile = b"\x1b]0;pwned\x07\x1b]52;c;eA==\x07\x1b[2J\rtab\there";
+    let on = |colour, terminal| {
+        render_line(
+            &source,
+            Stream::Stdout,
+            hostile,
+            LogFormat::Human { colour, terminal },
+        )
+    };
+    assert_eq!(
+        on(false, true),
+        b"web.0 | ?]0;pwned??]52;c;eA==??[2J?tab\there\n"
+    );
+    // The colour of the prefix is ours; the line is as neutral.
+    let coloured = on(true, true);
+    assert!(coloured.ends_with(b"|\x1b[0m ?]0;pwned??]52;c;eA==??[2J?tab\there\n"));
+    // Not a terminal (a pipe, a file): the bytes as printed.
+    let mut kept = b"web.0 | ".to_vec();
+    kept.extend_from_slice(hostile);
+    kept.push(b'\n');
+    assert_eq!(on(false, false), kept);
+    let json = render_line(&source, Stream::Stdout, hostile, LogFormat::Json);
+    let record: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    assert_eq!(record["line"].as_str().unwrap().as_bytes(), hostile);
 }
