@@ -178,6 +178,7 @@ impl Loop {
             .upgrade
             .as_ref()
             .map_or(wake, |u| wake.min(u.deadline()));
+        self.waited = (Instant::now(), wake);
         let signals = &mut self.signals;
         let inbox = &mut self.inbox;
         let upgrade = &mut self.upgrade;
