@@ -24,6 +24,14 @@ impl<E: Effects> Supervisor<E> {
                 workers.sort_by_key(|w| (w.slot, w.generation));
                 let replaced = app.replaced() as u32;
                 let outdated = app.outdated() as u32;
+                // Held slots are passed by until `start`: a rollout is
+                // complete without them.
+                let held = app.held.iter().filter(|s| **s < app.spec.instances).count() as u32;
+                let outdated_unheld = app
+                    .workers
+                    .values()
+                    .filter(|w| w.generation < app.generation && !app.held.contains(&w.slot))
+                    .count();
                 let running = app
                     .workers
                     .values()
@@ -86,7 +94,9 @@ impl<E: Effects> Supervisor<E> {
                         total: app.spec.instances,
                         outdated,
                         halted: app.rollout_halted,
-                        complete: outdated == 0 && replaced >= app.spec.instances,
+                        complete: outdated_unheld == 0
+                            && replaced >= app.spec.instances.saturating_sub(held),
+                        held,
                     },
                     waiting: app.gate.describe(),
                     schedule: app

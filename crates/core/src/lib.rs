@@ -570,6 +570,7 @@ impl Core {
                 winding_down: app.winding_down,
                 may_start,
                 holding: self.phase == Phase::ShuttingDown && !app.winding_down,
+                held: &app.held,
             };
             let Plan { mut steps, wake_at } = reconcile::reconcile(target, &app.workers, now);
             // Starts beyond this turn's budget wait for the next turn,
@@ -687,6 +688,14 @@ impl Core {
                     pid,
                     kill_timeout,
                 });
+            }
+            Step::Hold { id } => {
+                let Some(worker) = app.workers.get_mut(&id) else {
+                    return self.anomaly(format!("{name}: hold of unknown worker {id}"));
+                };
+                if let Err(refused) = worker.hold() {
+                    self.anomaly(refused.to_string());
+                }
             }
             Step::Remove { id } => {
                 if app

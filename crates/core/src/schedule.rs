@@ -281,7 +281,7 @@ impl Core {
         if app.spec.instances == 0 {
             return Err(format!("{name} has instances: 0"));
         }
-        if app.workers.values().any(|w| w.state == State::Held) {
+        if !app.held.is_empty() || app.workers.values().any(|w| w.state == State::Held) {
             let reason = format!("{name} is stopped (held): `supervise start {name}` releases it");
             self.report(Event::RunSkipped {
                 app: name.to_string(),

@@ -78,6 +78,12 @@ impl World {
                     "{name}.{} (worker {}, gen {})",
                     worker.slot, worker.id, worker.generation
                 );
+                if worker.state == State::Held
+                    && worker.slot < app.spec.instances
+                    && !app.held.contains(&worker.slot)
+                {
+                    return fail(format!("{label} is held in a slot nobody holds"));
+                }
                 match &worker.state {
                     State::Spawning => {
                         return fail(format!("{label} is still spawning after an event"));
@@ -289,6 +295,17 @@ impl World {
                 ));
             };
             let label = format!("{}.{} (pid {})", process.app, process.slot, process.pid);
+            if self
+                .holds
+                .get(&process.app)
+                .is_some_and(|held| held.contains(&process.slot))
+            {
+                return Some(format!(
+                    "{label} was spawned for a slot held by `stop` (generation {}): {:?}",
+                    process.generation,
+                    describe_workers(app)
+                ));
+            }
             if app.spec.schedule.is_some()
                 && let Some(other) = process.beside_at_spawn.first()
             {

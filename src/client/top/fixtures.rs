@@ -47,6 +47,7 @@ pub(crate) fn reply(apps: &[(&str, Vec<WorkerStatus>)]) -> StatusReply {
                     outdated: 0,
                     halted: false,
                     complete: true,
+                    held: 0,
                 },
                 waiting: None,
                 schedule: None,

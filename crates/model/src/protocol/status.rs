@@ -122,7 +122,12 @@ pub struct Rollout {
     /// Workers of older generations still there.
     pub outdated: u32,
     pub halted: bool,
+    /// Every instance not held by `stop` is of the current generation and
+    /// ready (a held one rolls out once `start` releases it).
     pub complete: bool,
+    /// Instances held by `stop` (absent from an older supervisor's reply).
+    #[serde(default)]
+    pub held: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -761,6 +761,7 @@ fn ten_thousand_instances_reconcile_quickly_and_app_by_app() {
         winding_down: false,
         may_start: true,
         holding: false,
+        held: &supervise_core::reconcile::NOTHING_HELD,
     };
     for (spec, workers) in &fleet {
         assert!(reconcile(target(spec), workers, t0).steps.is_empty());
@@ -1030,6 +1031,88 @@ fn found_seed_11297_a_hold_in_a_halted_rollout_keeps_one_worker_per_slot() {
                 app: 36,
                 slot: Some(3),
             },
+        ],
+    );
+}
+
+/// Issue 28: `stop APP` during a rollout held the four instances, and
+/// the slots the rollout had not reached started again at once (their old
+/// workers were held, then superseded by new ones); `stop APP.N` the same,
+/// and a `reload` started an instance `stop APP.N` held. A hold wins over
+/// every rollout, reload and restart until `start` (the world keeps the
+/// holds itself and fails any spawn for a held slot).
+#[test]
+fn issue_28_a_hold_wins_over_rollouts_reloads_and_restarts_until_start() {
+    let web = || {
+        seeded_app(
+            "app0",
+            4,
+            Readiness::Delay(Duration::from_millis(300)),
+            (1, 0),
+            RestartPolicy::Always,
+            None,
+            400,
+        )
+    };
+    let command = |kind, slot| Step::Command { kind, app: 0, slot };
+    // The whole app, during a rollout of a new definition, then a reload
+    // and a restart while held; `start` at last.
+    replay(
+        vec![web()],
+        vec![
+            Step::Wait(1000),
+            Step::Edit(Edit::Env { app: 0, value: 1 }),
+            Step::Wait(100),
+            command(CommandKind::Stop, None),
+            Step::Wait(3000),
+            command(CommandKind::Reload, None),
+            Step::Wait(3000),
+            command(CommandKind::Restart, None),
+            Step::Wait(3000),
+            command(CommandKind::Start, None),
+            Step::Wait(3000),
+        ],
+    );
+    // One instance, during a `reload`; then reloads and restarts of the
+    // app go past it, and it stays held to the end.
+    replay(
+        vec![web()],
+        vec![
+            Step::Wait(1000),
+            command(CommandKind::Reload, None),
+            Step::Wait(100),
+            command(CommandKind::Stop, Some(3)),
+            Step::Wait(3000),
+            command(CommandKind::Reload, None),
+            Step::Wait(3000),
+            command(CommandKind::Restart, None),
+            Step::Wait(1000),
+            command(CommandKind::Restart, Some(3)),
+            Step::Crash {
+                process: 1,
+                code: 1,
+            },
+            Step::Wait(3000),
+        ],
+    );
+    // A hold of the first slot before a rollout, the slot not reached yet
+    // stopped in it, a crash while held, and the file changed (which
+    // releases the holds of that app).
+    replay(
+        vec![web()],
+        vec![
+            Step::Wait(1000),
+            command(CommandKind::Stop, Some(0)),
+            Step::Edit(Edit::Env { app: 0, value: 2 }),
+            Step::Wait(50),
+            command(CommandKind::Stop, Some(2)),
+            Step::Crash {
+                process: 0,
+                code: 1,
+            },
+            Step::Wait(3000),
+            Step::Edit(Edit::Env { app: 0, value: 3 }),
+            Step::Wait(3000),
         ],
     );
 }
