@@ -432,6 +432,25 @@ pub fn event(event: &Event, shown: &str) {
                 )
             }
         }
+        Event::ClockStepped {
+            forward,
+            by,
+            rearmed,
+        } => {
+            let direction = if *forward { "forward" } else { "back" };
+            let rearmed_text = if rearmed.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; cron schedules run at their next time after the new one ({})",
+                    rearmed.join(", ")
+                )
+            };
+            warn!(
+                event = "clock_stepped", direction, by_ms = by.as_millis() as u64, rearmed = ?rearmed,
+                "the wall clock was set {direction} by {}{rearmed_text}", short_duration(*by)
+            )
+        }
         Event::Reconciled { app, passes } => {
             debug!(event = "reconciled", app = %app, passes, "{app}: reconciled")
         }

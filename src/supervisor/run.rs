@@ -279,6 +279,8 @@ pub async fn run(launch: Launch) -> std::io::Result<()> {
         );
     }
     let mut upgrade: Option<Upgrading> = None;
+    // The wall clock set: a turn, in which the core re-arms cron schedules.
+    let mut clock_set = effects::clock_set::ClockSet::new();
     while !supervisor.finished() {
         let wake = supervisor.next_wake();
         let wake = upgrade.as_ref().map_or(wake, |u| wake.min(u.deadline()));
@@ -382,6 +384,7 @@ pub async fn run(launch: Launch) -> std::io::Result<()> {
                 supervisor.handle(Event::MemoryMeasured { round, usage });
             }
             Some(()) = group_changes.recv() => supervisor.handle(Event::GroupsChanged),
+            () = clock_set.changed() => supervisor.handle(Event::Timer),
             _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {
                 supervisor.handle(Event::Timer);
                 if upgrade.is_some() {

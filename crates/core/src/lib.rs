@@ -254,6 +254,11 @@ pub struct Core {
     /// The wall clock and the instant it was read at (cron schedules).
     #[serde(with = "model::monotonic::wall_pair")]
     wall_clock: (std::time::SystemTime, Instant),
+    /// `wall_clock` is a reading (not the placeholder of a new core): the
+    /// next one is compared with it for a step of the clock. Absent from an
+    /// older image's state: its first reading here is taken as it is.
+    #[serde(default)]
+    wall_clock_read: bool,
 }
 
 /// A new turn's budget of starts (the default of a restored core).
@@ -289,6 +294,7 @@ impl Core {
             measuring: None,
             memory_rounds: 0,
             wall_clock: (std::time::UNIX_EPOCH, now),
+            wall_clock_read: false,
         }
     }
 

@@ -11,6 +11,7 @@
 pub mod cgroup;
 pub mod checks;
 pub mod clock;
+pub mod clock_set;
 
 pub mod groups;
 pub mod inject;
