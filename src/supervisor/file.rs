@@ -125,7 +125,6 @@ impl<E: Effects> Supervisor<E> {
                         unbound.push((app, error.to_string()));
                     }
                 }
-                self.effects.route_output(&desired);
                 self.core.input(
                     Input::Apply {
                         desired,
@@ -134,6 +133,9 @@ impl<E: Effects> Supervisor<E> {
                     },
                     now,
                 );
+                // The version as applied (an app whose sockets could not be
+                // bound keeps its last): before anything of it is spawned.
+                self.effects.route_output(self.core.desired());
                 self.applied_at = SystemTime::now();
             }
             Load::Invalid { rendered, summary } => {

@@ -135,3 +135,57 @@ fn reload_and_restart_pass_an_instance_stop_holds_by() {
         e["event"] == "ready" && e["app"] == "web" && e["slot"] == 3
     });
 }
+
+/// `logs nope`, `logs web.5` (of two) and `logs nope -f` exited 0 with no
+/// output (the follow waited for ever), where every other command says
+/// "no app `nope`" and exits 1.
+#[test]
+fn logs_of_an_app_or_instance_that_does_not_exist_is_refused() {
+    let yaml = r#"
+apps:
+  web:
+    command: [sh, -c, "echo hello from $SUPERVISE_INSTANCE; exec sleep 1000"]
+    instances: 2
+    ready: none
+"#;
+    let mut s = started(yaml, "web", 2);
+    s.wait_line("hello from 1");
+    for (args, error) in [
+        (vec!["logs", "nope"], "no app `nope`"),
+        (vec!["logs", "nope", "-f"], "no app `nope`"),
+        (
+            vec!["logs", "web.5"],
+            "web has 2 instances; there is no web.5",
+        ),
+        (
+            vec!["logs", "web.2", "-f"],
+            "web has 2 instances; there is no web.2",
+        ),
+    ] {
+        let output = crate::common::run_client(&s, &args);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {output:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(error), "{args:?}: {stderr}");
+    }
+    let one = run_client(&s, &["logs", "web.1"]);
+    assert!(one.status.success(), "{one:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&one.stdout),
+        "web.1 | hello from 1\n"
+    );
+    // An app added by an edit can be named at once; one removed cannot.
+    crate::common::save(
+        &s,
+        &yaml.replace(
+            "apps:\n",
+            "apps:\n  api:\n    command: [sleep, \"1000\"]\n    ready: none\n",
+        ),
+    );
+    s.wait_event("ready", "api");
+    let api = run_client(&s, &["logs", "api"]);
+    assert!(api.status.success(), "{api:?}");
+    crate::common::save(&s, &yaml.replace("web:", "www:"));
+    s.wait_event("ready", "www");
+    let gone = run_client(&s, &["logs", "web"]);
+    assert_eq!(gone.status.code(), Some(1), "{gone:?}");
+}

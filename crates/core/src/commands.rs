@@ -100,20 +100,11 @@ impl Core {
         now: Instant,
     ) -> Result<Reply, String> {
         let (name, slot) = model::protocol::parse_target(target)?;
-        let app = self
-            .apps
-            .get_mut(name)
-            .filter(|a| !a.removed)
-            .ok_or_else(|| format!("no app `{name}`"))?;
-        if let Some(slot) = slot
-            && slot >= app.spec.instances
-        {
-            return Err(format!(
-                "{name} has {} instance{}; there is no {name}.{slot}",
-                app.spec.instances,
-                if app.spec.instances == 1 { "" } else { "s" }
-            ));
-        }
+        let app = self.apps.get_mut(name).filter(|a| !a.removed);
+        model::protocol::check_target(name, slot, app.as_ref().map(|a| a.spec.instances))?;
+        let Some(app) = app else {
+            return Err(format!("no app `{name}`"));
+        };
         let named: Vec<u32> = match slot {
             Some(slot) => vec![slot],
             None => (0..app.spec.instances).collect(),

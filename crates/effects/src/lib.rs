@@ -153,6 +153,7 @@ pub trait Effects {
     fn forget_output(&mut self, app: &str, slot: Option<u32>);
 
     /// A version of the file was applied: each app's output goes to the
-    /// log file it names from now on (a change restarts nothing).
+    /// log file it names from now on (a change restarts nothing), and
+    /// `logs` may name its apps and their instances, no other.
     fn route_output(&mut self, desired: &Desired);
 }
