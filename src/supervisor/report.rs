@@ -8,6 +8,7 @@ use tracing::{debug, error, info, warn};
 
 use model::process::Exit;
 use model::spec::{Desired, SocketKey};
+use model::usage::binary_size;
 use supervise_core::Event;
 use supervise_core::event::Instance;
 use supervise_core::worker::{Decision, StopEnd};
@@ -335,7 +336,7 @@ pub fn event(event: &Event, shown: &str) {
             event = "memory_exceeded", app = %instance.app, slot = instance.slot, pid,
             generation = instance.generation, rss_bytes, limit_bytes,
             "{} uses {} (pid {pid}), over its max_memory of {}",
-            label(instance), bytes(*rss_bytes), bytes(*limit_bytes)
+            label(instance), binary_size(*rss_bytes), binary_size(*limit_bytes)
         ),
         Event::WatchdogMissed {
             instance,
@@ -457,19 +458,4 @@ pub fn event(event: &Event, shown: &str) {
         Event::Ignored(refused) => debug!("{refused}; ignored"),
         Event::Anomaly(what) => error!(event = "anomaly", "internal: {what}"),
     }
-}
-
-/// A byte count as people read it: `312.4 MiB`.
-fn bytes(count: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if count < 1024 {
-        return format!("{count} B");
-    }
-    let mut value = count as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", UNITS[unit])
 }

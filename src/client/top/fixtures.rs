@@ -13,7 +13,7 @@ pub(crate) fn worker(slot: u32, pid: Option<i32>, cpu: Option<f64>) -> WorkerSta
         restarts: 0,
         uptime_s: pid.map(|_| 61.0),
         cpu_percent: cpu,
-        rss_bytes: pid.map(|_| 9_600_000),
+        rss_bytes: pid.map(|_| 10_066_330),
         last_exit: None,
         status: None,
         health: None,
