@@ -183,8 +183,12 @@ fn schedule_note(app: &AppStatus) -> Option<String> {
         .waiting
         .as_ref()
         .map_or(String::new(), |w| format!("{w}; "));
-    let next = match (&schedule.next_run, schedule.next_in_s) {
-        (Some(at), Some(seconds)) => format!("next run {at} (in {})", duration(seconds)),
+    let next = match (&schedule.paused, &schedule.next_run, schedule.next_in_s) {
+        (Some(why), _, _) if why.starts_with("held") => {
+            format!("paused ({why}: `supervise start {}` resumes it)", app.name)
+        }
+        (Some(why), _, _) => format!("paused ({why})"),
+        (None, Some(at), Some(seconds)) => format!("next run {at} (in {})", duration(seconds)),
         _ => "no next run".to_string(),
     };
     let now = if schedule.running {

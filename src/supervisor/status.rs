@@ -6,7 +6,6 @@
 use super::Supervisor;
 use effects::Effects;
 use model::protocol::{AppStatus, Rollout, ScheduleStatus, StatusReply, WorkerStatus};
-use supervise_core::reconcile::Workers;
 use supervise_core::schedule::Runs;
 use supervise_core::worker::{Outcome, State, Worker};
 
@@ -99,10 +98,7 @@ impl<E: Effects> Supervisor<E> {
                         held,
                     },
                     waiting: app.gate.describe(),
-                    schedule: app
-                        .runs
-                        .as_ref()
-                        .map(|runs| schedule(runs, &app.workers, now, wall)),
+                    schedule: app.runs.as_ref().map(|runs| schedule(runs, app, now, wall)),
                     log_file: app.spec.log.as_ref().map(|log| log.file.clone()),
                     log_error: None,
                     workers,
@@ -129,15 +125,28 @@ impl<E: Effects> Supervisor<E> {
 /// A scheduled app's next tick and last run.
 fn schedule(
     runs: &Runs,
-    workers: &Workers,
+    app: &supervise_core::App,
     now: std::time::Instant,
     wall: std::time::SystemTime,
 ) -> ScheduleStatus {
+    let workers = &app.workers;
+    // Its ticks come and are skipped: no run is due while it is paused.
+    let held = !app.held.is_empty() || workers.values().any(|w| w.state == State::Held);
+    let paused = if held {
+        Some("held by `stop`".to_string())
+    } else if app.spec.instances == 0 {
+        Some("instances: 0".to_string())
+    } else {
+        None
+    };
     // A cron time as the schedule has it; an `every` tick from the monotonic clock.
-    let next_wall = runs.next_wall.or_else(|| {
-        runs.next_at
-            .map(|at| wall + at.saturating_duration_since(now))
-    });
+    let next_wall = runs
+        .next_wall
+        .or_else(|| {
+            runs.next_at
+                .map(|at| wall + at.saturating_duration_since(now))
+        })
+        .filter(|_| paused.is_none());
     let last = runs.last.as_ref();
     ScheduleStatus {
         next_run: next_wall.map(|t| humantime::format_rfc3339_seconds(t).to_string()),
@@ -148,6 +157,7 @@ fn schedule(
         last_ok: last.map(|l| l.ok),
         last_took_s: last.map(|l| l.took.as_secs_f64()),
         last_ended_s: last.map(|l| now.saturating_duration_since(l.ended).as_secs_f64()),
+        paused,
     }
 }
 

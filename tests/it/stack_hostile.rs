@@ -60,6 +60,17 @@ apps:
     let status = status_json(&s);
     let state = &app_status(&status, "job")["workers"][0]["state"];
     assert_eq!(state, "stopped (held)", "{status}");
+    // Issue 28: a paused schedule showed a next run that would not come.
+    let schedule = &app_status(&status, "job")["schedule"];
+    assert!(schedule["next_run"].is_null(), "{schedule}");
+    assert_eq!(schedule["paused"], "held by `stop`", "{schedule}");
+    let table = run_client(&s, &["status"]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.contains("paused (held by `stop`: `supervise start job` resumes it)")
+            && !table.contains("next run"),
+        "{table}"
+    );
     let ran = s.next_within(Duration::from_millis(2500), |e| {
         e["event"] == "spawned" && e["app"] == "job"
     });
@@ -68,6 +79,30 @@ apps:
         "a held scheduled app ran on its next tick: {ran:?}\n{}",
         s.dump()
     );
+    let start = run_client(&s, &["start", "job"]);
+    assert!(start.status.success(), "{start:?}");
+    let status = status_json(&s);
+    let schedule = &app_status(&status, "job")["schedule"];
+    assert!(schedule["next_run"].is_string(), "{schedule}");
+    assert!(schedule["paused"].is_null(), "{schedule}");
+}
+
+/// A scheduled app with `instances: 0` is paused too: no next run.
+#[test]
+fn a_schedule_of_no_instance_shows_no_next_run() {
+    let yaml = r#"
+apps:
+  job:
+    command: sh -c 'echo tick'
+    schedule: "* * * * *"
+    instances: 0
+"#;
+    let mut s = Supervised::start(yaml);
+    s.wait_for("the first apply", |e| e["event"] == "applied");
+    let status = status_json(&s);
+    let schedule = &app_status(&status, "job")["schedule"];
+    assert!(schedule["next_run"].is_null(), "{schedule}");
+    assert_eq!(schedule["paused"], "instances: 0", "{schedule}");
 }
 
 /// A change of a scheduled app's command while a run goes: the run that

@@ -111,6 +111,10 @@ pub struct ScheduleStatus {
     pub last_took_s: Option<f64>,
     /// Seconds since the last run ended.
     pub last_ended_s: Option<f64>,
+    /// Why no run is due while it is paused: `held by \`stop\``,
+    /// `instances: 0` (then `next_run` is none).
+    #[serde(default)]
+    pub paused: Option<String>,
 }
 
 /// How far replacing the app's instances with the current generation got.
