@@ -206,12 +206,22 @@ impl Core {
     }
 }
 
+/// Held instances named in one message at most (then `and N more`).
+pub const MAX_HELD_NAMED: usize = 8;
+
 /// What `restart` says of the held slots it passed by.
 fn held_note(name: &str, slots: &[u32]) -> String {
     match slots {
         [slot] => format!("{name}.{slot} is held: `supervise start {name}.{slot}` releases it"),
         _ => {
-            let names: Vec<String> = slots.iter().map(|s| format!("{name}.{s}")).collect();
+            let mut names: Vec<String> = slots
+                .iter()
+                .take(MAX_HELD_NAMED)
+                .map(|s| format!("{name}.{s}"))
+                .collect();
+            if slots.len() > MAX_HELD_NAMED {
+                names.push(format!("and {} more", slots.len() - MAX_HELD_NAMED));
+            }
             format!(
                 "{} are held: `supervise start {name}` releases them",
                 names.join(", ")

@@ -242,3 +242,20 @@ fn a_state_from_an_image_without_held_slots_holds_its_held_workers() {
     );
     assert_eq!(h.core.anomalies(), 0);
 }
+
+#[test]
+fn restart_of_an_app_held_whole_is_refused_and_names_a_bounded_few() {
+    let mut h = web(12);
+    command(&mut h, hold("web"));
+    let message = command(
+        &mut h,
+        Order::Restart {
+            target: "web".into(),
+        },
+    );
+    assert_eq!(
+        message,
+        "refused: web.0, web.1, web.2, web.3, web.4, web.5, web.6, web.7, and 4 more are held: `supervise start web` releases them"
+    );
+    assert!(h.pids("web").is_empty());
+}
