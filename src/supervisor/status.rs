@@ -131,8 +131,7 @@ fn schedule(
 ) -> ScheduleStatus {
     let workers = &app.workers;
     // Its ticks come and are skipped: no run is due while it is paused.
-    let held = !app.held.is_empty() || workers.values().any(|w| w.state == State::Held);
-    let paused = if held {
+    let paused = if app.paused_by_hold() {
         Some("held by `stop`".to_string())
     } else if app.spec.instances == 0 {
         Some("instances: 0".to_string())

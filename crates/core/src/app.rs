@@ -121,6 +121,12 @@ impl App {
         self.dirty = true;
     }
 
+    /// Held by `stop`: a slot held, or (a state from an older image) a
+    /// worker held. A scheduled app so held is paused.
+    pub fn paused_by_hold(&self) -> bool {
+        !self.held.is_empty() || self.workers.values().any(|w| w.state == State::Held)
+    }
+
     /// Instances of the current generation that are ready (or, one-shots,
     /// completed: `reload` of one is done when it has run).
     pub fn replaced(&self) -> usize {

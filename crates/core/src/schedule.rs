@@ -34,7 +34,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::reconcile::{StopReason, Workers};
 use super::worker::{AfterStop, State};
-use super::{Core, Event, StopHow};
+use super::{App, Core, Event, StopHow};
 use model::spec::{Overlap, When};
 
 /// How far the wall clock may move from what the monotonic clock says
@@ -233,9 +233,15 @@ impl Core {
         };
         if due {
             runs.next = next_tick(&schedule.when, runs.next, now, wall);
-            // A skipped tick is reported as an event.
-            let _ = self.fire(name, "schedule", now);
-            self.run_progress(name, now);
+            if App::paused_by_hold(app) {
+                // Paused by `stop`: its ticks pass without a word each (an
+                // `every: 1s` job would say so every second); `status`
+                // says it is paused, and `trigger` why it cannot run.
+            } else {
+                // A skipped tick is reported as an event.
+                let _ = self.fire(name, "schedule", now);
+                self.run_progress(name, now);
+            }
         }
         let Some(app) = self.apps.get_mut(name) else {
             return false;
@@ -343,7 +349,7 @@ impl Core {
         if app.spec.instances == 0 {
             return Err(format!("{name} has instances: 0"));
         }
-        if !app.held.is_empty() || app.workers.values().any(|w| w.state == State::Held) {
+        if App::paused_by_hold(app) {
             let reason = format!("{name} is stopped (held): `supervise start {name}` releases it");
             self.report(Event::RunSkipped {
                 app: name.to_string(),

@@ -344,3 +344,39 @@ fn a_step_leaves_every_schedules_alone_and_a_run_that_goes_goes_on() {
     assert_eq!(h.pids("job").len(), 1);
     assert_eq!(h.core.anomalies(), 0);
 }
+
+/// Found trying it as a hostile user would: a held `every: 1s` job said
+/// `run_skipped` every second for as long as it was held.
+#[test]
+fn a_held_schedule_passes_its_ticks_quietly_and_trigger_says_why() {
+    let job = scheduled(When::Every(Duration::from_secs(1)), Overlap::Skip, false);
+    let mut h = Harness::new(vec![job]);
+    let now = h.now;
+    h.core
+        .command(
+            Order::Hold {
+                target: "job".into(),
+            },
+            now,
+        )
+        .expect("held");
+    h.settle();
+    h.advance(Duration::from_secs(10), Duration::from_millis(100));
+    assert!(h.pids("job").is_empty());
+    assert_eq!(h.count(|e| matches!(e, Event::RunSkipped { .. })), 0);
+    let now = h.now;
+    let refused = h.core.command(Order::Trigger { app: "job".into() }, now);
+    assert!(refused.unwrap_err().contains("held"));
+    // Released, it runs on its ticks again.
+    h.core
+        .command(
+            Order::Release {
+                target: "job".into(),
+            },
+            now,
+        )
+        .expect("released");
+    h.settle();
+    h.advance(Duration::from_millis(1100), Duration::from_millis(100));
+    assert_eq!(h.pids("job").len(), 1);
+}
