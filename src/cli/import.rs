@@ -159,6 +159,8 @@ fn import(args: &ImportArgs) -> Result<ExitCode, ImportError> {
             )));
         }
     };
+    let mut draft = draft;
+    import::without_nul(&mut draft);
     for line in import::diagnostics(&draft) {
         err(&format!("{line}\n"));
     }

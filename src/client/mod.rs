@@ -325,8 +325,12 @@ pub fn reload(socket: &Path, app: &str) -> Result<(), Failure> {
                 ))?;
                 return Err(fail(exit::HALTED, format!("{name}: rollout halted")));
             }
+            let held = match app.rollout.held {
+                0 => String::new(),
+                n => format!(" ({n} held by `stop`: they follow on `start`)"),
+            };
             line.push(format!(
-                "{name}: {}/{} replaced",
+                "{name}: {}/{} replaced{held}",
                 app.rollout.replaced, app.rollout.total
             ));
             done &= app.rollout.complete;

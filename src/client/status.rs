@@ -38,17 +38,19 @@ fn health_column(worker: &model::protocol::WorkerStatus) -> String {
     }
 }
 
-/// A worker's memory, against its limit when it has one: `41.2M/300.0M`.
+/// A worker's memory, against its limit when it has one:
+/// `41.2 MiB/300.0 MiB`.
 fn memory_column(worker: &model::protocol::WorkerStatus) -> String {
-    let used = worker.rss_bytes.map_or("-".into(), megabytes);
+    let used = worker.rss_bytes.map_or("-".into(), size);
     match worker.memory_limit_bytes {
-        Some(limit) => format!("{used}/{}", megabytes(limit)),
+        Some(limit) => format!("{used}/{}", size(limit)),
         None => used,
     }
 }
 
-pub(super) fn megabytes(bytes: u64) -> String {
-    format!("{:.1} MB", bytes as f64 / 1e6)
+/// A byte count in binary units, as the log writes it (`200.0 MiB`).
+pub(super) fn size(bytes: u64) -> String {
+    model::usage::binary_size(bytes)
 }
 
 /// A CPU share for the table. The sum over no process at all is -0.0 in
@@ -108,7 +110,7 @@ pub fn status(socket: &Path, all: bool, json: bool) -> Result<(), Failure> {
                 restarts.to_string(),
                 String::new(),
                 percent(cpu),
-                megabytes(rss),
+                size(rss),
                 String::new(),
                 "(--all for each)".to_string(),
             ]);
@@ -188,8 +190,12 @@ fn schedule_note(app: &AppStatus) -> Option<String> {
         .waiting
         .as_ref()
         .map_or(String::new(), |w| format!("{w}; "));
-    let next = match (&schedule.next_run, schedule.next_in_s) {
-        (Some(at), Some(seconds)) => format!("next run {at} (in {})", duration(seconds)),
+    let next = match (&schedule.paused, &schedule.next_run, schedule.next_in_s) {
+        (Some(why), _, _) if why.starts_with("held") => {
+            format!("paused ({why}: `supervise start {}` resumes it)", app.name)
+        }
+        (Some(why), _, _) => format!("paused ({why})"),
+        (None, Some(at), Some(seconds)) => format!("next run {at} (in {})", duration(seconds)),
         _ => "no next run".to_string(),
     };
     let now = if schedule.running {
@@ -227,5 +233,31 @@ mod tests {
         assert_eq!(percent(f64::NAN), "0.0%");
         assert_eq!(percent(0.04), "0.0%");
         assert_eq!(percent(12.34), "12.3%");
+    }
+
+    /// Issue 28: `status` said `209.7 MB` where the log said `200.0 MiB`
+    /// for the same `max_memory: 200M`: both are in binary units now.
+    #[test]
+    fn memory_against_its_limit_reads_as_the_log_writes_it() {
+        let worker = model::protocol::WorkerStatus {
+            slot: 0,
+            generation: 1,
+            pid: Some(100),
+            state: "ready".into(),
+            ready: true,
+            restarts: 0,
+            uptime_s: None,
+            cpu_percent: None,
+            rss_bytes: Some(43_200_000),
+            last_exit: None,
+            status: None,
+            health: None,
+            memory_limit_bytes: Some(200 << 20),
+            watchdog_ping_s: None,
+            replacing: None,
+            completed_s: None,
+        };
+        assert_eq!(memory_column(&worker), "41.2 MiB/200.0 MiB");
+        assert_eq!(model::usage::binary_size(200 << 20), "200.0 MiB");
     }
 }

@@ -352,6 +352,13 @@ async fn serve_logs(
         Some(Err(message)) => return send(write, &protocol::error_reply(&message)).await,
         None => (None, None),
     };
+    // An app or instance that does not exist is refused, as by every
+    // command (a follow of it would wait for ever).
+    if let Some(app) = app.as_deref()
+        && let Err(message) = logs.check_target(app, slot)
+    {
+        return send(write, &protocol::error_reply(&message)).await;
+    }
     // Subscribe first, so no line falls between the tail and the follow.
     let mut feed = logs.follow();
     for line in logs.tail(app.as_deref(), slot, count, since) {

@@ -86,6 +86,9 @@ pub async fn run(launch: Launch) -> std::io::Result<()> {
 
 /// The loop, its sources made and its first events handled.
 fn start(launch: Launch) -> std::io::Result<Loop> {
+    // No news is taken in from here until the loop's first wait: a stall
+    // meanwhile counts from now.
+    let deaf_since = std::time::Instant::now();
     let Launch {
         shown,
         setup,
@@ -305,6 +308,8 @@ fn start(launch: Launch) -> std::io::Result<Loop> {
         identity,
         logs,
         upgrade: None,
-        waited: (std::time::Instant::now(), std::time::Instant::now()),
+        turn_began: deaf_since,
+        asked: deaf_since,
+        clock_set: effects::clock_set::ClockSet::new(),
     })
 }

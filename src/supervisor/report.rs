@@ -8,6 +8,7 @@ use tracing::{debug, error, info, warn};
 
 use model::process::Exit;
 use model::spec::{Desired, SocketKey};
+use model::usage::binary_size;
 use supervise_core::Event;
 use supervise_core::event::Instance;
 use supervise_core::worker::{Decision, StopEnd};
@@ -134,7 +135,8 @@ pub fn event(event: &Event, shown: &str) {
         | Event::RunDue { .. }
         | Event::RunSkipped { .. }
         | Event::RunQueued { .. }
-        | Event::RunEnded { .. } => order(event),
+        | Event::RunEnded { .. }
+        | Event::ClockStepped { .. } => order(event),
         Event::Reconciled { .. }
         | Event::Ignored(_)
         | Event::Stalled { .. }
@@ -392,7 +394,7 @@ fn liveness(event: &Event) {
             event = "memory_exceeded", app = %instance.app, slot = instance.slot, pid,
             generation = instance.generation, rss_bytes, limit_bytes,
             "{} uses {} (pid {pid}), over its max_memory of {}",
-            label(instance), bytes(*rss_bytes), bytes(*limit_bytes)
+            label(instance), binary_size(*rss_bytes), binary_size(*limit_bytes)
         ),
         Event::WatchdogMissed {
             instance,
@@ -496,6 +498,25 @@ fn order(event: &Event) {
                 )
             }
         }
+        Event::ClockStepped {
+            forward,
+            by,
+            rearmed,
+        } => {
+            let direction = if *forward { "forward" } else { "back" };
+            let rearmed_text = if rearmed.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; cron schedules run at their next time after the new one ({})",
+                    rearmed.join(", ")
+                )
+            };
+            warn!(
+                event = "clock_stepped", direction, by_ms = by.as_millis() as u64, rearmed = ?rearmed,
+                "the wall clock was set {direction} by {}{rearmed_text}", short_duration(*by)
+            )
+        }
         _ => {}
     }
 }
@@ -516,19 +537,4 @@ fn own(event: &Event) {
         Event::Anomaly(what) => error!(event = "anomaly", "internal: {what}"),
         _ => {}
     }
-}
-
-/// A byte count as people read it: `312.4 MiB`.
-fn bytes(count: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if count < 1024 {
-        return format!("{count} B");
-    }
-    let mut value = count as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", UNITS[unit])
 }

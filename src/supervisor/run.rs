@@ -4,7 +4,7 @@
 //! for an upgrade: [`super::upgrading`]), the file's loader, what the
 //! effects report (exec statuses, probes, notify datagrams, check answers,
 //! memory measurements, emptied groups), the control socket, the `/metrics`
-//! endpoint, and the timer the core asks for. How it starts — fresh, or
+//! endpoint, the timer the core asks for, and the wall clock being set. How it starts — fresh, or
 //! from an upgrade's state — is [`super::launch`].
 //!
 //! A turn of the loop waits for one source ([`Loop::wait`]), then takes
@@ -158,8 +158,15 @@ pub(super) struct Loop {
     pub logs: Arc<LogHub>,
     /// An upgrade whose probe runs.
     pub upgrade: Option<Upgrading>,
-    /// When the loop began to wait, and the time it asked to be woken at.
-    pub waited: (Instant, Instant),
+    /// When the last turn began (its wait returned): from then until the
+    /// loop waits again, no task of ours reads news (the runtime has one
+    /// thread), and a stall there is as deaf as one in the wait.
+    pub turn_began: Instant,
+    /// The time the loop asked to be woken at, in its last wait.
+    pub asked: Instant,
+    /// Wakes the loop when the wall clock is set: a turn, in which the core
+    /// re-arms cron schedules on the new time.
+    pub clock_set: effects::clock_set::ClockSet,
 }
 
 impl Loop {
@@ -178,10 +185,11 @@ impl Loop {
             .upgrade
             .as_ref()
             .map_or(wake, |u| wake.min(u.deadline()));
-        self.waited = (Instant::now(), wake);
+        self.asked = wake;
         let signals = &mut self.signals;
         let inbox = &mut self.inbox;
         let upgrade = &mut self.upgrade;
+        let clock_set = &mut self.clock_set;
         tokio::select! {
             _ = signals.children.recv() => Wake::Fact(Event::ChildExited),
             _ = signals.interrupts.recv() => Wake::Order(Order::Stop(Event::Interrupt)),
@@ -205,6 +213,7 @@ impl Loop {
             Some(answer) = inbox.check_answers.recv() => Wake::Fact(Event::Checked(answer)),
             Some((round, usage)) = inbox.memory.recv() => Wake::Fact(Event::MemoryMeasured { round, usage }),
             Some(()) = inbox.group_changes.recv() => Wake::Fact(Event::GroupsChanged),
+            () = clock_set.changed() => Wake::Order(Order::Timer),
             _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => Wake::Order(Order::Timer),
         }
     }
@@ -212,10 +221,12 @@ impl Loop {
     /// Take what woke the loop, after every fact waiting.
     fn take(&mut self, wake: Wake) {
         let mut facts = Vec::new();
-        // Due no earlier than when the wait began: a deadline already past
-        // then is the last turn's work, not a stall.
-        let (began, asked) = self.waited;
-        let late = Instant::now().saturating_duration_since(asked.max(began));
+        // Late past what it asked for, counted from no earlier than the
+        // last turn's start: news could not come in since then, whether we
+        // were stopped in the wait or in the turn before it.
+        let now = Instant::now();
+        let late = now.saturating_duration_since(self.asked.max(self.turn_began));
+        self.turn_began = now;
         if late > STALL_BEYOND {
             // Beyond the lateness, a grace for what waits in the kernel's queues
             // (a datagram our notify task has not read yet) to come in.

@@ -6,7 +6,6 @@
 use super::Supervisor;
 use effects::Effects;
 use model::protocol::{AppStatus, Rollout, ScheduleStatus, StatusReply, WorkerStatus};
-use supervise_core::reconcile::Workers;
 use supervise_core::schedule::Runs;
 use supervise_core::worker::{Outcome, State, Worker};
 
@@ -24,6 +23,14 @@ impl<E: Effects> Supervisor<E> {
                 workers.sort_by_key(|w| (w.slot, w.generation));
                 let replaced = app.replaced() as u32;
                 let outdated = app.outdated() as u32;
+                // Held slots are passed by until `start`: a rollout is
+                // complete without them.
+                let held = app.held.iter().filter(|s| **s < app.spec.instances).count() as u32;
+                let outdated_unheld = app
+                    .workers
+                    .values()
+                    .filter(|w| w.generation < app.generation && !app.held.contains(&w.slot))
+                    .count();
                 let running = app
                     .workers
                     .values()
@@ -86,13 +93,12 @@ impl<E: Effects> Supervisor<E> {
                         total: app.spec.instances,
                         outdated,
                         halted: app.rollout_halted,
-                        complete: outdated == 0 && replaced >= app.spec.instances,
+                        complete: outdated_unheld == 0
+                            && replaced >= app.spec.instances.saturating_sub(held),
+                        held,
                     },
                     waiting: app.gate.describe(),
-                    schedule: app
-                        .runs
-                        .as_ref()
-                        .map(|runs| schedule(runs, &app.workers, now, wall)),
+                    schedule: app.runs.as_ref().map(|runs| schedule(runs, app, now, wall)),
                     log_file: app.spec.log.as_ref().map(|log| log.file.clone()),
                     log_error: None,
                     workers,
@@ -119,15 +125,27 @@ impl<E: Effects> Supervisor<E> {
 /// A scheduled app's next tick and last run.
 fn schedule(
     runs: &Runs,
-    workers: &Workers,
+    app: &supervise_core::App,
     now: std::time::Instant,
     wall: std::time::SystemTime,
 ) -> ScheduleStatus {
+    let workers = &app.workers;
+    // Its ticks come and are skipped: no run is due while it is paused.
+    let paused = if app.paused_by_hold() {
+        Some("held by `stop`".to_string())
+    } else if app.spec.instances == 0 {
+        Some("instances: 0".to_string())
+    } else {
+        None
+    };
     // A cron time as the schedule has it; an `every` tick from the monotonic clock.
-    let next_wall = runs.next_wall.or_else(|| {
-        runs.next_at
-            .map(|at| wall + at.saturating_duration_since(now))
-    });
+    let next_wall = runs
+        .next_wall
+        .or_else(|| {
+            runs.next_at
+                .map(|at| wall + at.saturating_duration_since(now))
+        })
+        .filter(|_| paused.is_none());
     let last = runs.last.as_ref();
     ScheduleStatus {
         next_run: next_wall.map(|t| humantime::format_rfc3339_seconds(t).to_string()),
@@ -138,6 +156,7 @@ fn schedule(
         last_ok: last.map(|l| l.ok),
         last_took_s: last.map(|l| l.took.as_secs_f64()),
         last_ended_s: last.map(|l| now.saturating_duration_since(l.ended).as_secs_f64()),
+        paused,
     }
 }
 

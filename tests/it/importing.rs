@@ -1181,3 +1181,51 @@ fn force_replaces_a_regular_file_at_once_and_nothing_else() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// Issue 28: a NUL or a control byte in a Procfile or supervisord line was
+/// copied into an `# import:` comment (and printed raw to the terminal), and
+/// the imported file then failed `check`; a tab-indented Procfile line was
+/// taken as an app. Now the comments and the messages carry escapes, a
+/// command with a NUL is left out with a warning, and an indented line is
+/// no process type: each import passes `check`.
+#[test]
+fn control_bytes_and_indented_lines_import_to_a_file_that_passes_check() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(
+        dir.path().join("Procfile"),
+        b"web: sleep 100\nbad\x00line\n\x1b]0;title\x07cls: x\n\tworker: sleep 1\napi: echo \x07bell\nnul: sleep\x001\n",
+    )
+    .expect("write");
+    let (written, stderr) = import(dir.path(), "Procfile", &[]);
+    assert!(
+        written.contains("  web:\n") && written.contains("  api:\n"),
+        "{written}"
+    );
+    assert!(
+        !written.contains("  worker:") && !written.contains("  nul:"),
+        "{written}"
+    );
+    assert!(written.contains("bad\\0line"), "{written}");
+    assert!(written.contains("\\x1b]0;title\\x07cls"), "{written}");
+    assert!(
+        !stderr.contains('\x1b') && !stderr.contains('\x07'),
+        "{stderr:?}"
+    );
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(
+        dir.path().join("supervisord.conf"),
+        b"[program:web]\ncommand=sleep 100\nbogus\x1b]0;title\x07=1\n[program:x\x1by]\ncommand=sleep 2\n[program:n]\ncommand=sleep\x00 3\n[program:e]\ncommand=sleep 4\nenvironment=A=\"x\x00y\",B=\"ok\"\n",
+    )
+    .expect("write");
+    let (written, stderr) = import(dir.path(), "supervisord.conf", &[]);
+    assert!(!written.contains("  \"n\":"), "{written}");
+    assert!(
+        written.contains("B: ok") && !written.contains("A: "),
+        "{written}"
+    );
+    assert!(
+        !stderr.contains('\x1b') && !stderr.contains('\x07'),
+        "{stderr:?}"
+    );
+}

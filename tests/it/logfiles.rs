@@ -410,6 +410,24 @@ fn a_full_disk_is_said_once_and_leaves_no_half_line() {
     // The file as the supervisor sees it, in its mount namespace.
     let file = PathBuf::from(format!("/proc/{}/root", s.pid()))
         .join(s.path("logs/flood.log").strip_prefix("/").unwrap());
+    // The writer is done with the flood once every line printed is in the
+    // file or said dropped (it says so at most a second after the last
+    // drop). Until then it may be between a write the full disk cut short
+    // and taking that half line back: read then, the file ends in it.
+    let whole_lines = |text: &str| {
+        text.split_inclusive('\n')
+            .filter(|l| l.ends_with('\n'))
+            .count()
+    };
+    let handled = |s: &Supervised| {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        whole_lines(&text) as u64 + dropped(s, "flood") == 20_000
+    };
+    assert!(
+        s.until(WAIT, handled),
+        "not every line was written or said dropped\n{}",
+        s.dump()
+    );
     let text = std::fs::read_to_string(&file).expect("the full file is there");
     assert!(
         !text.is_empty() && text.ends_with('\n'),

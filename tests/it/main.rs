@@ -9,6 +9,7 @@ mod adversarial;
 mod chaos;
 mod check_fixtures;
 mod cluster;
+mod commands_hostile;
 mod common;
 mod control;
 mod docs_reference;

@@ -152,7 +152,10 @@ fn foreground_on_a_terminal(args: &[&str]) -> (Vec<u8>, tempfile::TempDir) {
 fn the_foreground_output_on_a_terminal_shows_control_characters_as_question_marks() {
     let (all, dir) = foreground_on_a_terminal(&[]);
     let text = String::from_utf8_lossy(&all);
-    assert!(text.contains(&format!("hostile.0 | {SHOWN}\r\n")), "{text:?}");
+    assert!(
+        text.contains(&format!("hostile.0 | {SHOWN}\r\n")),
+        "{text:?}"
+    );
     assert_harmless(&all);
     // The file keeps the bytes.
     let file = std::fs::read(dir.path().join("hostile.log")).unwrap();

@@ -1,7 +1,7 @@
 //! One app as the core keeps it: its desired spec, its workers, and the
 //! definitions they run.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -20,6 +20,16 @@ pub struct App {
     pub definitions: BTreeMap<u64, Arc<ProcessDefinition>>,
     pub workers: Workers,
     pub rollout_halted: bool,
+    /// The slots `stop` holds until `start` (or a change of the app in
+    /// the file): whatever generation, rollout, `reload` or `restart`
+    /// comes meanwhile, reconcile starts nothing in them. A property of
+    /// the slot, not of a worker: the worker that stood for it may be
+    /// replaced or gone (a rollout that recreates stops the old ones for
+    /// good), and the hold stays. (Absent from a state an older image
+    /// handed over: [`super::Core::resumed`] rebuilds it from the held
+    /// workers.)
+    #[serde(default)]
+    pub held: BTreeSet<u32>,
     /// The current generation replaces by stop-all-then-start (overlapping listen).
     pub recreate: bool,
     /// Removed from the file: stopping, then forgotten.
@@ -74,6 +84,7 @@ impl App {
             definitions: BTreeMap::from([(1, Arc::new(spec.process.clone()))]),
             workers: Workers::new(),
             rollout_halted: false,
+            held: BTreeSet::new(),
             recreate: false,
             removed: false,
             gate: Default::default(),
@@ -108,6 +119,12 @@ impl App {
         self.rollout_halted = false;
         self.recreate = recreate;
         self.dirty = true;
+    }
+
+    /// Held by `stop`: a slot held, or (a state from an older image) a
+    /// worker held. A scheduled app so held is paused.
+    pub fn paused_by_hold(&self) -> bool {
+        !self.held.is_empty() || self.workers.values().any(|w| w.state == State::Held)
     }
 
     /// Instances of the current generation that are ready (or, one-shots,

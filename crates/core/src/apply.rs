@@ -7,7 +7,7 @@
 //! could not be bound keeps its last good version — in the applied file too,
 //! so the next edit is compared against what really runs.
 
-use super::worker::State;
+use super::worker::{AfterStop, State};
 use super::{Action, App, Core, Event, Phase};
 use model::plan::{self, AppChange};
 use model::spec::{Desired, SocketKey};
@@ -157,12 +157,23 @@ impl Core {
                         // A failed, exited or held worker gets a fresh start
                         // when its app's definition changes, and only then
                         // (a scheduled app's runs start on its schedule).
+                        // So is a hold: the change, made after the `stop`,
+                        // is the user's newer word.
+                        app.held.clear();
                         for worker in app.workers.values_mut() {
                             if matches!(worker.state, State::Failed | State::Exited | State::Held) {
                                 let _ = worker.revive();
+                            } else if let State::Stopping {
+                                then: AfterStop::Hold,
+                                ..
+                            } = worker.state
+                            {
+                                let _ = worker.after_stop(AfterStop::Restart);
                             }
                         }
                     }
+                    // A slot the file no longer wants holds nothing.
+                    app.held.retain(|slot| *slot < spec.instances);
                     if app.spec.process != spec.process {
                         app.bump_generation(spec.process.clone(), overlapping);
                     }

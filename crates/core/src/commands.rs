@@ -87,6 +87,12 @@ impl Core {
     }
 
     /// `restart`, `stop` (`stop (held)`) and `start` of an app or one instance.
+    ///
+    /// `stop` holds the *slots* (see [`super::App::held`]): its running
+    /// workers are stopped to be held, the others are held at once, and
+    /// reconcile starts nothing in them until `start`. `restart` passes
+    /// held slots by (and is refused when it names nothing else): a hold
+    /// wins until `start`.
     fn on_workers(
         &mut self,
         target: &str,
@@ -94,30 +100,45 @@ impl Core {
         now: Instant,
     ) -> Result<Reply, String> {
         let (name, slot) = model::protocol::parse_target(target)?;
-        let app = self
-            .apps
-            .get_mut(name)
-            .filter(|a| !a.removed)
-            .ok_or_else(|| format!("no app `{name}`"))?;
-        if let Some(slot) = slot
-            && slot >= app.spec.instances
-        {
-            return Err(format!(
-                "{name} has {} instance{}; there is no {name}.{slot}",
-                app.spec.instances,
-                if app.spec.instances == 1 { "" } else { "s" }
-            ));
+        let app = self.apps.get_mut(name).filter(|a| !a.removed);
+        model::protocol::check_target(name, slot, app.as_ref().map(|a| a.spec.instances))?;
+        let Some(app) = app else {
+            return Err(format!("no app `{name}`"));
+        };
+        let named: Vec<u32> = match slot {
+            Some(slot) => vec![slot],
+            None => (0..app.spec.instances).collect(),
+        };
+        // What `restart` leaves alone: the slots `stop` holds.
+        let passed_by: Vec<u32> = match what {
+            "restart" => named
+                .iter()
+                .copied()
+                .filter(|s| app.held.contains(s))
+                .collect(),
+            _ => Vec::new(),
+        };
+        if what == "restart" && !passed_by.is_empty() && passed_by.len() == named.len() {
+            return Err(held_note(name, &passed_by));
+        }
+        match what {
+            "stop (held)" => app.held.extend(named.iter().copied()),
+            "start" => app.held.retain(|s| !named.contains(s)),
+            _ => {}
         }
         app.dirty = true;
         let mut stops: Vec<(WorkerId, AfterStop)> = Vec::new();
         // Instances, not workers: a slot may have two for a moment (one
-        // being replaced).
+        // being replaced), or none (its worker left in a rollout).
         let mut touched = std::collections::BTreeSet::new();
+        if what == "stop (held)" {
+            touched.extend(named.iter().copied());
+        }
         let mut refusals = Vec::new();
         for worker in app
             .workers
             .values_mut()
-            .filter(|w| slot.is_none_or(|s| w.slot == s))
+            .filter(|w| slot.is_none_or(|s| w.slot == s) && !passed_by.contains(&w.slot))
         {
             let running = worker.state.is_running();
             let result = match (what, running) {
@@ -128,7 +149,6 @@ impl Core {
                 }
                 ("stop (held)", true) => {
                     stops.push((worker.id, AfterStop::Hold));
-                    touched.insert(worker.slot);
                     continue;
                 }
                 ("start", true) => continue,
@@ -172,11 +192,43 @@ impl Core {
             };
             self.stop(name, id, StopReason::Command, how, then, now);
         }
+        let note = if passed_by.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", held_note(name, &passed_by))
+        };
         Ok(Reply::Done {
             message: format!(
-                "{target}: {what} {touched} instance{}",
+                "{target}: {what} {touched} instance{}{note}",
                 if touched == 1 { "" } else { "s" }
             ),
         })
     }
 }
+
+/// Held instances named in one message at most (then `and N more`).
+pub const MAX_HELD_NAMED: usize = 8;
+
+/// What `restart` says of the held slots it passed by.
+fn held_note(name: &str, slots: &[u32]) -> String {
+    match slots {
+        [slot] => format!("{name}.{slot} is held: `supervise start {name}.{slot}` releases it"),
+        _ => {
+            let mut names: Vec<String> = slots
+                .iter()
+                .take(MAX_HELD_NAMED)
+                .map(|s| format!("{name}.{s}"))
+                .collect();
+            if slots.len() > MAX_HELD_NAMED {
+                names.push(format!("and {} more", slots.len() - MAX_HELD_NAMED));
+            }
+            format!(
+                "{} are held: `supervise start {name}` releases them",
+                names.join(", ")
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

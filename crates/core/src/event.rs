@@ -258,6 +258,14 @@ pub enum Event {
         ok: bool,
         took: Duration,
     },
+    /// The wall clock was set: it moved `by` more (`forward`) or less than
+    /// the monotonic clock between two readings. The cron schedules of
+    /// `rearmed` run next at their next match after the new time.
+    ClockStepped {
+        forward: bool,
+        by: Duration,
+        rearmed: Vec<String>,
+    },
     /// A settled app (debug).
     Reconciled {
         app: String,

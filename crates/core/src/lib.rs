@@ -274,6 +274,11 @@ pub struct Core {
     /// a re-exec: the binds are answered within the event that asked.
     #[serde(skip)]
     binding: Option<apply::Binding>,
+    /// `wall_clock` is a reading (not the placeholder of a new core): the
+    /// next one is compared with it for a step of the clock. Absent from an
+    /// older image's state: its first reading here is taken as it is.
+    #[serde(default)]
+    wall_clock_read: bool,
 }
 
 /// A new turn's budget of starts (the default of a restored core).
@@ -310,6 +315,7 @@ impl Core {
             memory_rounds: 0,
             wall_clock: (std::time::UNIX_EPOCH, now),
             binding: None,
+            wall_clock_read: false,
         }
     }
 
@@ -589,6 +595,7 @@ impl Core {
                 winding_down: app.winding_down,
                 may_start,
                 holding: self.phase == Phase::ShuttingDown && !app.winding_down,
+                held: &app.held,
             };
             let Plan { mut steps, wake_at } = reconcile::reconcile(target, &app.workers, now);
             // Starts beyond this turn's budget wait for the next turn,
@@ -706,6 +713,14 @@ impl Core {
                     pid,
                     kill_timeout,
                 });
+            }
+            Step::Hold { id } => {
+                let Some(worker) = app.workers.get_mut(&id) else {
+                    return self.anomaly(format!("{name}: hold of unknown worker {id}"));
+                };
+                if let Err(refused) = worker.hold() {
+                    self.anomaly(refused.to_string());
+                }
             }
             Step::Remove { id } => {
                 if app

@@ -39,6 +39,12 @@
 //!   one started (the first one `every` after ready), and fails when not
 //!   answered within `health.timeout`; its watchdog deadline passing is a
 //!   step too;
+//! - a slot held by `stop` starts nothing, whatever its generation: one
+//!   worker stands for it (the current one, else the newest old one; an
+//!   empty slot gets one of the current generation, so `status` shows
+//!   it), held — stopped first if it runs — and the others go. A rollout,
+//!   `reload` or `restart` passes it by, and a failure in it halts no
+//!   rollout; it rolls out with the rest once `start` releases it;
 //! - while shutting down, every process is stopped and nothing starts; an
 //!   app that others depend on holds still until they have stopped: stops
 //!   under way go on and a missed watchdog still stops its instance, but
@@ -46,7 +52,7 @@
 //!
 //! One call costs O(N log N) for N workers: they are grouped by slot once.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use super::worker::{AfterStop, Outcome, State, Worker};
@@ -55,6 +61,9 @@ use model::spec::{AppSpec, Readiness};
 
 /// An app's workers, by id (ids grow: oldest first).
 pub type Workers = BTreeMap<WorkerId, Worker>;
+
+/// No slot held: the [`Target::held`] of an app nobody stopped.
+pub static NOTHING_HELD: BTreeSet<u32> = BTreeSet::new();
 
 /// The desired state of one app, as reconcile needs it.
 #[derive(Debug, Clone, Copy)]
@@ -78,6 +87,8 @@ pub struct Target<'a> {
     /// winds down in its turn. Stops under way go on, and a missed watchdog
     /// still stops its instance.
     pub holding: bool,
+    /// The slots `stop` holds until `start`: nothing starts in them.
+    pub held: &'a BTreeSet<u32>,
 }
 
 /// Why a worker is being stopped (for the log).
@@ -104,6 +115,8 @@ pub enum StopReason {
     Watchdog,
     /// A scheduled app's next run replaces it (`overlap: replace`).
     NextRun,
+    /// Its slot is held by `stop` (a process that started before the hold).
+    Held,
 }
 
 impl StopReason {
@@ -119,6 +132,7 @@ impl StopReason {
             StopReason::OverMemory => "over max_memory",
             StopReason::Watchdog => "watchdog missed",
             StopReason::NextRun => "replaced by the next run",
+            StopReason::Held => "held (stop)",
         }
     }
 }
@@ -142,6 +156,8 @@ pub enum Step {
     Kill { id: WorkerId },
     /// Forget a worker that has no process.
     Remove { id: WorkerId },
+    /// Hold a worker that waits to start, in a slot `stop` holds.
+    Hold { id: WorkerId },
     /// A replacement failed: stop replacing until the next generation.
     HaltRollout { generation: u64, slot: u32 },
     /// Run a liveness check of a ready worker.
@@ -285,7 +301,11 @@ pub fn reconcile(target: Target<'_>, workers: &Workers, now: Instant) -> Plan {
         .count();
     // A replacement failed: it crashed or was not ready in time, or its run
     // ended (even with exit 0) before it could take over its slot.
+    // (A held slot decides nothing about the rollout.)
     let failed_replacement = slots.iter().find_map(|(number, slot)| {
+        if target.held.contains(number) {
+            return None;
+        }
         let current = slot.current?;
         let outcome = current.last_outcome?;
         (outcome.is_failure() || !slot.outdated.is_empty()).then_some(*number)
@@ -326,6 +346,10 @@ pub fn reconcile(target: Target<'_>, workers: &Workers, now: Instant) -> Plan {
     let empty = Slot::default();
     for number in 0..desired {
         let slot = slots.get(&number).unwrap_or(&empty);
+        if target.held.contains(&number) {
+            hold_slot(number, generation, slot, &mut plan, &mut occupied);
+            continue;
+        }
         let outdated = &slot.outdated;
         if let Some(worker) = slot.current {
             let replacing = !outdated.is_empty();
@@ -444,6 +468,53 @@ pub fn reconcile(target: Target<'_>, workers: &Workers, now: Instant) -> Plan {
         }
     }
     plan
+}
+
+/// A slot `stop` holds: nothing in it starts, and one worker stands for
+/// it — the current one, else the newest outdated one (a slot with none
+/// gets one of the current generation, held on the next pass). That one,
+/// waiting to start, is held; running (its start came before the hold), it
+/// is stopped to be held. Any other is forgotten, or stopped for good if it
+/// runs. Stopping workers finish their stop.
+fn hold_slot(number: u32, generation: u64, slot: &Slot<'_>, plan: &mut Plan, occupied: &mut usize) {
+    let Some(keeper) = slot.current.or_else(|| slot.outdated.last().copied()) else {
+        plan.steps.push(Step::Create {
+            slot: number,
+            generation,
+        });
+        return;
+    };
+    for worker in slot.current.iter().chain(slot.outdated.iter()) {
+        let kept = worker.id == keeper.id;
+        match worker.state {
+            State::Pending | State::Backoff { .. } => {
+                plan.steps.push(if kept {
+                    Step::Hold { id: worker.id }
+                } else {
+                    Step::Remove { id: worker.id }
+                });
+                *occupied = occupied.saturating_sub(1);
+            }
+            State::Starting { .. } | State::Ready { .. } => plan.steps.push(Step::Stop {
+                id: worker.id,
+                reason: StopReason::Held,
+                then: if kept {
+                    AfterStop::Hold
+                } else {
+                    AfterStop::Remove
+                },
+            }),
+            State::Held | State::Failed | State::Exited | State::Completed { .. } if !kept => {
+                plan.steps.push(Step::Remove { id: worker.id });
+            }
+            State::Spawning
+            | State::Stopping { .. }
+            | State::Held
+            | State::Failed
+            | State::Exited
+            | State::Completed { .. } => {}
+        }
+    }
 }
 
 /// Outdated workers that do not serve make way at once: starting ones are

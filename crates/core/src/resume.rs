@@ -67,6 +67,11 @@ impl Core {
         let mut spawning = Vec::new();
         for (name, app) in &mut self.apps {
             app.dirty = true;
+            // An image from before holds were kept by slot held its
+            // workers only: their slots are held.
+            let held = app.workers.values().filter(|w| w.state == State::Held);
+            let held: Vec<u32> = held.map(|w| w.slot).collect();
+            app.held.extend(held);
             for worker in app.workers.values_mut() {
                 if worker.health.in_flight.take().is_some() {
                     worker.health.next_check = Some(now);

@@ -10,14 +10,40 @@
 //!
 //! `every` counts on the monotonic clock from the time the app was started;
 //! a cron expression is evaluated on the wall clock, which the shell gives
-//! the core ([`Core::set_wall_clock`]): the core never reads a clock.
+//! the core with each turn ([`Core::set_wall_clock`]): the core never reads
+//! a clock.
+//!
+//! **The wall clock set.** Between two readings the wall clock moves as the
+//! monotonic clock does, give or take NTP's slewing. When it moves more
+//! than [`WALL_CLOCK_STEP_TOLERANCE`] further or less, it was set (stepped:
+//! `date -s`, an NTP step, a resume from suspend, which the monotonic clock
+//! does not count), and every cron schedule is re-armed: its next run is
+//! its next match after the new time, as vixie cron does for a correction
+//! and systemd re-arms its calendar timers on `TFD_TIMER_CANCEL_ON_SET`.
+//! Set back an hour, a `* * * * *` job runs at the next minute, not an hour
+//! later; set forward, the runs in the skipped time are not made up (as an
+//! `every` schedule does not make up ticks missed while the machine
+//! slept). The wall clock is UTC: a change of daylight saving time is no
+//! step (the timezone's rules handle it), so every step is a correction,
+//! and a daily job whose time comes round again on the corrected clock
+//! runs then. The loop learns of a step at its next turn at the latest
+//! ([`super::FULL_PASS_INTERVAL`]); the shell can wake it at once (Linux:
+//! a timerfd with `TFD_TIMER_CANCEL_ON_SET`).
 
 use std::time::{Duration, Instant, SystemTime};
 
 use super::reconcile::{StopReason, Workers};
 use super::worker::{AfterStop, State};
-use super::{Core, Event, StopHow};
+use super::{App, Core, Event, StopHow};
 use model::spec::{Overlap, When};
+
+/// How far the wall clock may move from what the monotonic clock says
+/// between two readings before it counts as set (stepped). NTP slews at
+/// most 500 ppm — 5 ms over the loop's longest sleep
+/// ([`super::FULL_PASS_INTERVAL`], 10 s) — and the two clocks are read
+/// microseconds apart: a second is far above drift and far below a step
+/// that matters to a schedule of minutes.
+pub const WALL_CLOCK_STEP_TOLERANCE: Duration = Duration::from_secs(1);
 
 /// Runs waiting for the current one to end (`overlap: queue`): more ticks
 /// meanwhile are skipped, so a job slower than its schedule cannot pile up
@@ -115,7 +141,43 @@ impl Core {
     /// The wall clock, as the shell read it at `at`: cron schedules are
     /// evaluated on it.
     pub fn set_wall_clock(&mut self, wall: SystemTime, at: Instant) {
+        let expected = self.wall_at(at);
+        let compared = std::mem::replace(&mut self.wall_clock_read, true);
         self.wall_clock = (wall, at);
+        if !compared {
+            // The first reading: nothing to compare with.
+            return;
+        }
+        let (forward, by) = match wall.duration_since(expected) {
+            Ok(ahead) => (true, ahead),
+            Err(behind) => (false, behind.duration()),
+        };
+        if by > WALL_CLOCK_STEP_TOLERANCE {
+            self.clock_stepped(forward, by);
+        }
+    }
+
+    /// The wall clock was set: every cron schedule's next run is worked
+    /// out anew from the new time (by [`Core::update_runs`], at the next
+    /// convergence). A run that goes goes on.
+    fn clock_stepped(&mut self, forward: bool, by: Duration) {
+        let mut rearmed = Vec::new();
+        for (name, app) in &mut self.apps {
+            let cron = matches!(
+                app.spec.schedule.as_ref().map(|s| &s.when),
+                Some(When::Cron { .. })
+            );
+            if let (true, Some(runs)) = (cron, app.runs.as_mut()) {
+                *runs = runs.clone().rescheduled();
+                app.dirty = true;
+                rearmed.push(name.clone());
+            }
+        }
+        self.report(Event::ClockStepped {
+            forward,
+            by,
+            rearmed,
+        });
     }
 
     /// The wall clock at `now`.
@@ -171,9 +233,15 @@ impl Core {
         };
         if due {
             runs.next = next_tick(&schedule.when, runs.next, now, wall);
-            // A skipped tick is reported as an event.
-            let _ = self.fire(name, "schedule", now);
-            self.run_progress(name, now);
+            if App::paused_by_hold(app) {
+                // Paused by `stop`: its ticks pass without a word each (an
+                // `every: 1s` job would say so every second); `status`
+                // says it is paused, and `trigger` why it cannot run.
+            } else {
+                // A skipped tick is reported as an event.
+                let _ = self.fire(name, "schedule", now);
+                self.run_progress(name, now);
+            }
         }
         let Some(app) = self.apps.get_mut(name) else {
             return false;
@@ -281,7 +349,7 @@ impl Core {
         if app.spec.instances == 0 {
             return Err(format!("{name} has instances: 0"));
         }
-        if app.workers.values().any(|w| w.state == State::Held) {
+        if App::paused_by_hold(app) {
             let reason = format!("{name} is stopped (held): `supervise start {name}` releases it");
             self.report(Event::RunSkipped {
                 app: name.to_string(),

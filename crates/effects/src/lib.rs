@@ -11,6 +11,7 @@
 pub mod cgroup;
 pub mod checks;
 pub mod clock;
+pub mod clock_set;
 
 pub mod groups;
 pub mod inject;
@@ -155,7 +156,8 @@ pub trait Effects {
     fn forget_output(&mut self, app: &str, slot: Option<u32>);
 
     /// A version of the file was applied: each app's output goes to the
-    /// log file it names from now on (a change restarts nothing).
+    /// log file it names from now on (a change restarts nothing), and
+    /// `logs` may name its apps and their instances, no other.
     fn route_output(&mut self, desired: &Desired);
 
     // An upgrade, the same steps for the real effects and the simulated

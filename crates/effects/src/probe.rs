@@ -66,12 +66,31 @@ pub async fn until_ready(probe: &Probe) {
     }
 }
 
+/// The request target of a `GET` for `path`: its origin form (RFC 9110
+/// §7.1, RFC 9112 §3.2.1), `/path?query`. A `#fragment` is the client's
+/// alone and never sent (RFC 9110 §4.2.5); a target that does not start
+/// with `/` (`?x=1`, nothing) gets one.
+fn request_target(path: &str) -> String {
+    let without_fragment = path.split_once('#').map_or(path, |(before, _)| before);
+    if without_fragment.starts_with('/') {
+        without_fragment.to_string()
+    } else {
+        format!("/{without_fragment}")
+    }
+}
+
+/// The request a probe of `path` on `address` sends.
+fn http_request(address: &SocketAddr, path: &str) -> String {
+    let target = request_target(path);
+    format!(
+        "GET {target} HTTP/1.1\r\nHost: {address}\r\nUser-Agent: supervise-probe\r\nConnection: close\r\n\r\n"
+    )
+}
+
 /// The first bytes of the answer to a `GET` (its status line).
 async fn http_status(address: &SocketAddr, path: &str) -> std::io::Result<Vec<u8>> {
     let mut stream = TcpStream::connect(address).await?;
-    let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: {address}\r\nUser-Agent: supervise-probe\r\nConnection: close\r\n\r\n"
-    );
+    let request = http_request(address, path);
     stream.write_all(request.as_bytes()).await?;
     let mut answer = Vec::with_capacity(64);
     let mut chunk = [0u8; 256];
@@ -127,6 +146,47 @@ mod tests {
         assert!(!status_is_2xx(b"HTTP/1.1 2000\r\n"));
         assert!(!status_is_2xx(b"SSH-2.0-OpenSSH\r\n"));
         assert!(!status_is_2xx(b""));
+    }
+
+    #[test]
+    fn the_request_line_carries_no_fragment() {
+        let address: SocketAddr = "127.0.0.1:8080".parse().unwrap();
+        for (path, target) in [
+            ("/health#top", "/health"),
+            ("/health?x=1#frag#more", "/health?x=1"),
+            ("/#", "/"),
+            ("#frag", "/"),
+            ("", "/"),
+            ("?ready=1", "/?ready=1"),
+            ("/a%23b", "/a%23b"),
+        ] {
+            let request = http_request(&address, path);
+            let line = request.lines().next().unwrap_or_default();
+            assert_eq!(line, format!("GET {target} HTTP/1.1"), "{path}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_fragment_never_reaches_the_server() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut request = vec![0u8; 512];
+            let n = socket.read(&mut request).await.unwrap_or(0);
+            let _ = socket.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await;
+            String::from_utf8_lossy(&request[..n]).into_owned()
+        });
+        let probe = Probe::Http {
+            address,
+            path: "/health#section".into(),
+        };
+        assert!(attempt(&probe).await);
+        let request = server.await.unwrap();
+        assert!(
+            request.starts_with("GET /health HTTP/1.1\r\n"),
+            "{request:?}"
+        );
     }
 
     #[tokio::test]

@@ -317,6 +317,63 @@ pub fn app_name(name: &str, taken: &[String]) -> String {
     candidate
 }
 
+/// Take out of `draft` what no process can be given: a string with a NUL
+/// byte (C strings end there, and `check` refuses it). An app whose
+/// command holds one is left out; another key that holds one (a `cwd`,
+/// a variable of `env`) is, with a warning for each.
+pub fn without_nul(draft: &mut Draft) {
+    let mut kept = Vec::new();
+    for mut app in std::mem::take(&mut draft.apps) {
+        if app.fields.get("command").is_some_and(holds_nul) {
+            draft.notes.push(Note::warning(
+                app.line,
+                format!(
+                    "{}: its command holds a NUL byte, which no program can be given: left out",
+                    app.name
+                ),
+            ));
+            continue;
+        }
+        let mut warnings = Vec::new();
+        app.fields.retain(|key, value| {
+            if let Value::Object(entries) = value {
+                entries.retain(|name, value| {
+                    let bad = name.contains('\0') || holds_nul(value);
+                    if bad {
+                        warnings.push(format!(
+                            "`{key}.{}` holds a NUL byte: left out",
+                            escaped(name)
+                        ));
+                    }
+                    !bad
+                });
+                return true;
+            }
+            let bad = holds_nul(value);
+            if bad {
+                warnings.push(format!("`{key}` holds a NUL byte: left out"));
+            }
+            !bad
+        });
+        let line = app.line;
+        for warning in warnings {
+            app.warn(line, warning);
+        }
+        kept.push(app);
+    }
+    draft.apps = kept;
+}
+
+/// Whether a string in `value` holds a NUL byte.
+fn holds_nul(value: &Value) -> bool {
+    match value {
+        Value::String(text) => text.contains('\0'),
+        Value::Array(items) => items.iter().any(holds_nul),
+        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || holds_nul(v)),
+        _ => false,
+    }
+}
+
 /// The draft as a commented ecosystem file.
 pub fn render(draft: &Draft) -> String {
     let mut out = String::new();
@@ -324,7 +381,7 @@ pub fn render(draft: &Draft) -> String {
     let source: String = draft
         .source
         .chars()
-        .map(|c| if c.is_control() { '?' } else { c })
+        .map(|c| if printable(c) { c } else { '?' })
         .collect();
     out.push_str(&format!(
         "# Imported from {source} ({}) by `supervise import`.\n",
@@ -366,6 +423,10 @@ fn push_note(out: &mut String, indent: usize, note: &Note) {
     let mut first = true;
     let text: String = note.text.replace('\r', "");
     for text in text.lines() {
+        // A note may quote the source's line, which may hold any byte: a
+        // comment holds what YAML can read (a NUL or an ESC in it makes
+        // the whole file unreadable), so the rest is written as escapes.
+        let text = escaped(text);
         if first {
             out.push_str(&format!("{pad}# import{line}: {text}\n"));
             first = false;
@@ -373,6 +434,36 @@ fn push_note(out: &mut String, indent: usize, note: &Note) {
             out.push_str(&format!("{pad}#   {text}\n"));
         }
     }
+}
+
+/// Whether YAML reads `c` in a comment: a printable character (YAML 1.2
+/// §5.1, c-printable) but the C0 and C1 controls and DEL (a tab included:
+/// shown as `\t`, it reads better), and not U+2028/U+2029, which YAML 1.1
+/// reads as line breaks, nor a byte order mark.
+fn printable(c: char) -> bool {
+    !c.is_control()
+        && !matches!(
+            c,
+            '\u{2028}' | '\u{2029}' | '\u{feff}' | '\u{fffe}' | '\u{ffff}'
+        )
+}
+
+/// `text` with every character YAML would not read in a comment written as
+/// an escape (`\0`, `\t`, `\x1b`, `\u{2028}`): for the `# import:` lines,
+/// and for what `import` prints, where an ESC from the source would reach
+/// the terminal.
+pub fn escaped(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            c if printable(c) => out.push(c),
+            '\0' => out.push_str("\\0"),
+            '\t' => out.push_str("\\t"),
+            c if u32::from(c) < 0x80 => out.push_str(&format!("\\x{:02x}", u32::from(c))),
+            c => out.push_str(&format!("\\u{{{:04x}}}", u32::from(c))),
+        }
+    }
+    out
 }
 
 /// Every note, file-level first, as `FILE:LINE: warning: APP: TEXT` lines
@@ -394,7 +485,7 @@ pub fn diagnostics(draft: &Draft) -> Vec<String> {
                 "{}: {}: {}",
                 at(n.line),
                 label(n.severity),
-                first_line(&n.text)
+                escaped(first_line(&n.text))
             )
         })
         .collect();
@@ -405,7 +496,7 @@ pub fn diagnostics(draft: &Draft) -> Vec<String> {
                 at(n.line),
                 label(n.severity),
                 app.name,
-                first_line(&n.text)
+                escaped(first_line(&n.text))
             ));
         }
     }
@@ -440,10 +531,10 @@ pub fn summary(draft: &Draft) -> String {
     for app in &draft.apps {
         let mut parts = Vec::new();
         if !app.mapped.is_empty() {
-            parts.push(format!("mapped {}", app.mapped.join(", ")));
+            parts.push(format!("mapped {}", escaped(&app.mapped.join(", "))));
         }
         if !app.left_out.is_empty() {
-            parts.push(format!("left out {}", app.left_out.join(", ")));
+            parts.push(format!("left out {}", escaped(&app.left_out.join(", "))));
         }
         if parts.is_empty() {
             parts.push("no keys".to_string());
@@ -483,6 +574,34 @@ pub fn millis(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A NUL, an ESC, a BEL or a line separator in the source: the
+    /// imported file is valid YAML and passes `check`.
+    #[test]
+    fn control_bytes_of_the_source_are_escaped_and_nul_is_left_out() {
+        let mut draft = procfile::translate(
+            "web: sleep 100\nbad\0line\n\u{1b}[2Jcls: x\napi: echo \u{7}bell \u{2028}\nnul: sleep\x001\n",
+            "Procfile",
+        );
+        without_nul(&mut draft);
+        let names: Vec<&str> = draft.apps.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(names, ["web", "api"]);
+        let text = render(&draft);
+        assert!(
+            text.lines()
+                .filter(|l| l.trim_start().starts_with('#'))
+                .all(|l| l.chars().all(printable)),
+            "{text:?}"
+        );
+        assert!(text.contains("bad\\0line"), "{text}");
+        assert!(text.contains("\\x1b[2Jcls"), "{text}");
+        let host = config::Host::detect();
+        let checked = config::check_text(&text, Path::new("/srv/ecosystem.yaml"), &host);
+        assert!(checked.is_valid(), "{text}\n{:?}", checked.diagnostics);
+        for line in diagnostics(&draft) {
+            assert!(line.chars().all(printable), "{line:?}");
+        }
+    }
 
     #[test]
     fn app_names_are_made_valid_and_unique() {

@@ -29,6 +29,15 @@ pub fn translate(text: &str, source: &str) -> Draft {
         if trimmed.is_empty() || trimmed.starts_with('#') {
             continue;
         }
+        if raw.starts_with(char::is_whitespace) {
+            // foreman's pattern is anchored at the start of the line: an
+            // indented line (a tab, spaces) is no process type there.
+            draft.notes.push(Note::warning(
+                Some(line),
+                format!("indented, so not a process type (a Procfile line starts at column 0): {trimmed}"),
+            ));
+            continue;
+        }
         // foreman's pattern: ^([A-Za-z0-9_-]+):\s*(.+)$
         let parsed = trimmed.split_once(':').filter(|(name, command)| {
             !name.is_empty()
@@ -173,6 +182,20 @@ mod tests {
         assert_eq!(draft.apps.len(), 1);
         let lines: Vec<Option<usize>> = draft.notes.iter().map(|n| n.line).collect();
         assert_eq!(lines, [Some(2), Some(3), Some(4)]);
+    }
+
+    #[test]
+    fn an_indented_line_is_no_process_type() {
+        let draft = translate("web: ok\n\tworker: sleep 1\n  clock: sleep 2\n", "Procfile");
+        let names: Vec<&str> = draft.apps.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(names, ["web"]);
+        let lines: Vec<Option<usize>> = draft.notes.iter().map(|n| n.line).collect();
+        assert_eq!(lines, [Some(2), Some(3)]);
+        assert!(
+            draft.notes[0].text.contains("column 0"),
+            "{:?}",
+            draft.notes
+        );
     }
 
     #[test]

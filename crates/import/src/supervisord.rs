@@ -110,7 +110,10 @@ pub fn parse_ini(text: &str) -> Result<Vec<IniSection>, (usize, String)> {
         let Some(at) = value.find(['=', ':']) else {
             return Err((
                 line,
-                format!("neither a [section] nor `key = value`: {stripped}"),
+                format!(
+                    "neither a [section] nor `key = value`: {}",
+                    super::escaped(stripped)
+                ),
             ));
         };
         sections[index].entries.push(IniEntry {

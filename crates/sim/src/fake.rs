@@ -274,6 +274,21 @@ impl FakeEffects {
     }
 
     /// Move time to `now`: stopping processes whose time came exit.
+    /// The wall clock is set `by` forward or back (`date -s`, an NTP
+    /// step); the monotonic clock goes on as it was.
+    pub fn set_wall_clock(&mut self, forward: bool, by: std::time::Duration) {
+        self.wall_at_start = if forward {
+            self.wall_at_start + by
+        } else {
+            self.wall_at_start - by
+        };
+        self.history.push(format!(
+            "wall clock set {} {} s",
+            if forward { "forward" } else { "back" },
+            by.as_secs()
+        ));
+    }
+
     pub fn advance_to(&mut self, now: Instant) {
         self.now = self.now.max(now);
         let now = self.now;

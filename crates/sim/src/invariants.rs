@@ -57,6 +57,9 @@ impl World {
         if core.anomalies() > 0 {
             return fail(format!("{} anomalies in the core", core.anomalies()));
         }
+        if let Some(violation) = cron_violation(core, fake.wall_clock()) {
+            return fail(violation);
+        }
         for app in core.apps().filter(|a| a.spec.schedule.is_some()) {
             let name = &app.spec.name;
             let live: Vec<i32> = fake
@@ -78,6 +81,12 @@ impl World {
                     "{name}.{} (worker {}, gen {})",
                     worker.slot, worker.id, worker.generation
                 );
+                if worker.state == State::Held
+                    && worker.slot < app.spec.instances
+                    && !app.held.contains(&worker.slot)
+                {
+                    return fail(format!("{label} is held in a slot nobody holds"));
+                }
                 match &worker.state {
                     State::Spawning => {
                         return fail(format!("{label} is still spawning after an event"));
@@ -289,6 +298,17 @@ impl World {
                 ));
             };
             let label = format!("{}.{} (pid {})", process.app, process.slot, process.pid);
+            if self
+                .holds
+                .get(&process.app)
+                .is_some_and(|held| held.contains(&process.slot))
+            {
+                return Some(format!(
+                    "{label} was spawned for a slot held by `stop` (generation {}): {:?}",
+                    process.generation,
+                    describe_workers(app)
+                ));
+            }
             if app.spec.schedule.is_some()
                 && let Some(other) = process.beside_at_spawn.first()
             {
@@ -757,6 +777,36 @@ impl World {
         }
         Ok(())
     }
+}
+
+/// A cron schedule's next run is its next match after the wall clock as
+/// it is now, whatever the clock did: set back, a schedule that kept its
+/// next run of the old time would wait as long as the clock went back;
+/// set forward, it would run at once, making up for the skipped time.
+fn cron_violation(core: &Core, wall: std::time::SystemTime) -> Option<String> {
+    for app in core.apps() {
+        let Some(schedule) = &app.spec.schedule else {
+            continue;
+        };
+        let Some(next) = app.runs.as_ref().and_then(|r| r.next_wall) else {
+            continue;
+        };
+        let expected = schedule.when.next_cron_after(wall);
+        if expected != Some(next) {
+            let at = |t: std::time::SystemTime| {
+                let since = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                format!("{} s after the epoch", since.as_secs_f64())
+            };
+            return Some(format!(
+                "{}: the next cron run is at {}, but the next match after the wall clock's {} is {}",
+                app.spec.name,
+                at(next),
+                at(wall),
+                expected.map_or_else(|| "none".to_string(), at)
+            ));
+        }
+    }
+    None
 }
 
 /// The first wanted slot (`app.slot`) of an app free to start that has no

@@ -20,6 +20,10 @@
 //! - no process starts while its app's dependencies do not meet their
 //!   conditions, and each app's gate agrees with its dependencies' states;
 //! - a scheduled app never has two processes at once;
+//! - no process starts for a slot held by `stop` (the world keeps the holds
+//!   itself, from the commands' replies and the edits: `stop` holds, `start`
+//!   releases, and so does a change of that app in the file), and no worker
+//!   is held in a slot the core does not hold;
 //! - during a shutdown, no app gets a signal while an app that depends on
 //!   it still has a process.
 //!
@@ -146,6 +150,9 @@ pub struct World {
     /// count of messages read, whether the start was told, and whether a
     /// reload is open.
     told: Told,
+    /// The slots `stop` holds, per app, as the world works them out from
+    /// what it asked and what the supervisor answered.
+    pub holds: HashMap<String, std::collections::BTreeSet<u32>>,
 }
 
 /// What [`World::witness`] has read of the messages to systemd.
@@ -242,6 +249,7 @@ impl World {
             upgrades: 0,
             inject_warned: HashMap::new(),
             told: Told::default(),
+            holds: HashMap::new(),
         };
         world.witness();
         world.deliver();
@@ -512,6 +520,10 @@ impl World {
             memory_check: self.desired.memory_check,
             metrics: self.desired.metrics,
         };
+        if self.supervisor.core().phase() == Phase::Running {
+            // What the new version starts is judged with its holds.
+            self.release_changed(&desired);
+        }
         self.handle(Event::Config(Loaded {
             trigger: "the file changed".into(),
             load: Load::Valid {
@@ -526,12 +538,57 @@ impl World {
         }
     }
 
+    /// A change of an app in the file releases its holds (a scheduled
+    /// app's runs start on its schedule: its hold stays); a slot the file
+    /// no longer wants holds nothing.
+    fn release_changed(&mut self, next: &Desired) {
+        let before = &self.desired;
+        self.holds.retain(|name, slots| {
+            let Some(new) = next.app(name) else {
+                return false;
+            };
+            if before.app(name) != Some(new) && new.schedule.is_none() {
+                return false;
+            }
+            slots.retain(|slot| *slot < new.instances);
+            !slots.is_empty()
+        });
+    }
+
     /// A control command; its reply.
     pub fn command(&mut self, command: Command) -> serde_json::Value {
         self.going_before = self.going_workers();
+        let held = match &command {
+            Command::Stop { target } => Some((target.clone(), true)),
+            Command::Start { target } => Some((target.clone(), false)),
+            _ => None,
+        };
         let reply = self.supervisor.control(command);
+        if reply["ok"] == true
+            && let Some((target, hold)) = held
+        {
+            self.follow_hold(&target, hold);
+        }
         self.witness();
         reply
+    }
+
+    /// `stop` (`hold`) or `start` of `target` was carried out.
+    fn follow_hold(&mut self, target: &str, hold: bool) {
+        let (name, slot) = match target.rsplit_once('.') {
+            Some((name, slot)) => (name, slot.parse::<u32>().ok()),
+            None => (target, None),
+        };
+        let instances = self.desired.app(name).map_or(0, |a| a.instances);
+        let slots: Vec<u32> = slot.map_or_else(|| (0..instances).collect(), |s| vec![s]);
+        let held = self.holds.entry(name.to_string()).or_default();
+        for slot in slots {
+            if hold {
+                held.insert(slot);
+            } else {
+                held.remove(&slot);
+            }
+        }
     }
 
     /// The live processes (running or stopping), by pid.

@@ -66,6 +66,13 @@ pub enum Step {
         app: usize,
         slot: Option<u32>,
     },
+    /// The wall clock is set forward or back by `seconds` (the monotonic
+    /// clock goes on); the loop wakes at once, as its timerfd with
+    /// `TFD_TIMER_CANCEL_ON_SET` makes it.
+    SetClock {
+        forward: bool,
+        seconds: u64,
+    },
     /// A new version of the file.
     Edit(Edit),
     /// An edit that does not check.
@@ -224,6 +231,7 @@ impl World {
                 | Step::ExtendTimeout { .. }
                 | Step::CheckAnswer { passed: true, .. }
                 | Step::MemoryAnswer { over: None }
+                | Step::SetClock { .. }
         );
         match step {
             Step::Wait(millis) => {
@@ -319,6 +327,11 @@ impl World {
                     };
                     self.command(command);
                 }
+            }
+            Step::SetClock { forward, seconds } => {
+                self.fake()
+                    .set_wall_clock(forward, Duration::from_secs(seconds));
+                self.handle(Event::Timer);
             }
             Step::Edit(edit) => self.edit(edit),
             Step::InvalidEdit => self.handle(Event::Config(Loaded {

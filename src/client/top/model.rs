@@ -9,7 +9,7 @@
 
 use std::cmp::Ordering;
 
-use crate::client::status::{duration, megabytes, percent};
+use crate::client::status::{duration, percent, size};
 use ::model::protocol::{StatusReply, WorkerStatus};
 
 /// One instance, with the values the table shows and sorts by.
@@ -58,7 +58,7 @@ impl InstanceRow {
             Column::State => self.state.clone(),
             Column::Health => self.health.clone().unwrap_or_else(dash),
             Column::Cpu => self.cpu_percent.map_or_else(dash, percent),
-            Column::Memory => self.rss_bytes.map_or_else(dash, megabytes),
+            Column::Memory => self.rss_bytes.map_or_else(dash, size),
             Column::Restarts => self.restarts.to_string(),
             Column::Uptime => self.uptime_s.map_or_else(dash, duration),
         }
@@ -368,7 +368,7 @@ mod tests {
             .collect();
         assert_eq!(
             rows[1],
-            ["web.0", "100", "ready", "-", "5.0%", "9.6 MB", "0", "1m1s"].map(String::from)
+            ["web.0", "100", "ready", "-", "5.0%", "9.6 MiB", "0", "1m1s"].map(String::from)
         );
         assert_eq!(
             rows[3],

@@ -31,7 +31,7 @@ const STATE_COLUMN_MAX: u16 = 20;
 const HEALTH_COLUMN_MIN: u16 = 8;
 /// The longest target named in the help line (a long name is cut).
 const HELP_TARGET_MAX: usize = 24;
-/// Between columns: two spaces, so that a cell's own spaces (`9.6 MB`)
+/// Between columns: two spaces, so that a cell's own spaces (`9.6 MiB`)
 /// never read as a column break.
 const COLUMN_SPACING: u16 = 2;
 
@@ -393,8 +393,8 @@ mod tests {
         let expected = [
             "supervise top  /srv/ecosystem.yaml (version 1)",
             "instance▲  pid   state    health                                            cpu    memory   restarts   uptime",
-            "web.0      4242  ready    -                                                 0.1%   9.6 MB   0          1m1s",
-            "web.1      4243  ready    healthy                                           12.5%  9.6 MB   2          1m1s",
+            "web.0      4242  ready    -                                                 0.1%   9.6 MiB  0          1m1s",
+            "web.1      4243  ready    healthy                                           12.5%  9.6 MiB  2          1m1s",
             "web.2      -     backoff  -                                                 -      -        0          -",
             "",
             "",

@@ -215,9 +215,17 @@ pub fn parse_http_url(text: &str) -> Result<(SocketAddr, String), String> {
         .filter(|scheme| scheme.eq_ignore_ascii_case("http://"))
         .map(|_| &text[7..])
         .ok_or_else(|| "only http:// URLs can be probed".to_string())?;
-    let (authority, path) = match rest.find('/') {
+    // The authority ends at the first `/`, `?` or `#` (RFC 3986 §3.2); a
+    // `#fragment` is the client's and is not sent (RFC 9110 §4.2.5).
+    let (authority, path) = match rest.find(['/', '?', '#']) {
         Some(index) => (&rest[..index], &rest[index..]),
         None => (rest, "/"),
+    };
+    let path = path.split_once('#').map_or(path, |(before, _)| before);
+    let path = if path.starts_with('/') {
+        path.to_string()
+    } else {
+        format!("/{path}")
     };
     let with_port = if authority.ends_with(']') || !authority.contains(':') {
         format!("{authority}:80")
@@ -235,7 +243,7 @@ pub fn parse_http_url(text: &str) -> Result<(SocketAddr, String), String> {
             "the path contains {bad:?}; write spaces and control characters as %20, %0D …"
         ));
     }
-    Ok((address, path.to_string()))
+    Ok((address, path))
 }
 
 #[cfg(test)]
@@ -258,6 +266,17 @@ mod tests {
         );
         assert!(parse_http_url("http://127.0.0.1:8080/x\r\nX-Injected: 1").is_err());
         assert!(parse_http_url("http://127.0.0.1:8080/a b").is_err());
+        // A fragment is not part of what is sent, and the authority ends
+        // before a query or a fragment.
+        for (url, path) in [
+            ("http://127.0.0.1:8080/health#top", "/health"),
+            ("http://127.0.0.1:8080#top", "/"),
+            ("http://127.0.0.1:8080?ready=1", "/?ready=1"),
+            ("http://127.0.0.1:8080/a?b=1#c d", "/a?b=1"),
+        ] {
+            let parsed = parse_http_url(url);
+            assert_eq!(parsed.map(|(_, p)| p), Ok(path.to_string()), "{url}");
+        }
         assert!(parse_http_url("http://127.0.0.1:0/").is_err());
         assert!(parse_tcp_target("127.0.0.1:0").is_err());
         assert!(parse_tcp_target("127.0.0.1:80").is_ok());

@@ -77,6 +77,7 @@ fn rolling_target(spec: &AppSpec) -> Target<'_> {
         winding_down: false,
         may_start: true,
         holding: false,
+        held: &super::NOTHING_HELD,
     }
 }
 

@@ -31,6 +31,9 @@ pub struct RingState {
 pub struct LogHub {
     rings: Mutex<HashMap<(Arc<str>, u32), Ring>>,
     feed: broadcast::Sender<Line>,
+    /// The apps of the file as applied, with their instance counts: what
+    /// `logs` may name (`None` until the loop says, as in a hub alone).
+    apps: Mutex<Option<HashMap<String, u32>>>,
 }
 
 /// A line an instance printed, and when it was read.
@@ -53,7 +56,29 @@ impl LogHub {
         Arc::new(LogHub {
             rings: Mutex::new(HashMap::new()),
             feed: broadcast::channel(FOLLOW_QUEUE).0,
+            apps: Mutex::new(None),
         })
+    }
+
+    /// The apps of the file as applied now, `(name, instances)`: `logs`
+    /// of another app, or of a slot beyond its count, is refused as every
+    /// command refuses it.
+    pub fn name_apps(&self, apps: impl IntoIterator<Item = (String, u32)>) {
+        if let Ok(mut known) = self.apps.lock() {
+            *known = Some(apps.into_iter().collect());
+        }
+    }
+
+    /// Whether `logs` may name `app` (and `slot`): `Err` says why not, as
+    /// every command says it. Before the loop named its apps, anything goes.
+    pub fn check_target(&self, app: &str, slot: Option<u32>) -> Result<(), String> {
+        let Ok(known) = self.apps.lock() else {
+            return Ok(());
+        };
+        match known.as_ref() {
+            Some(apps) => model::protocol::check_target(app, slot, apps.get(app).copied()),
+            None => Ok(()),
+        }
     }
 
     /// Keep a line an instance printed at `at` (bounded), and pass it to

@@ -590,6 +590,8 @@ impl Effects for System {
 
     fn route_output(&mut self, desired: &model::spec::Desired) {
         self.setup.files.route(desired);
+        let apps = desired.apps.iter().map(|a| (a.name.clone(), a.instances));
+        self.setup.logs.name_apps(apps);
     }
 
     type Handover = SystemState;

@@ -108,6 +108,21 @@ pub fn parse_target(target: &str) -> Result<(&str, Option<u32>), String> {
     }
 }
 
+/// Whether `target`'s app and slot exist, among apps of these instance
+/// counts; `Err` is what every command says otherwise.
+pub fn check_target(app: &str, slot: Option<u32>, instances: Option<u32>) -> Result<(), String> {
+    let Some(instances) = instances else {
+        return Err(format!("no app `{app}`"));
+    };
+    match slot {
+        Some(slot) if slot >= instances => Err(format!(
+            "{app} has {instances} instance{}; there is no {app}.{slot}",
+            if instances == 1 { "" } else { "s" }
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// An error reply line.
 pub fn error_reply(message: &str) -> serde_json::Value {
     serde_json::json!({"ok": false, "error": message})

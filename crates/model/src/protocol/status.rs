@@ -111,6 +111,10 @@ pub struct ScheduleStatus {
     pub last_took_s: Option<f64>,
     /// Seconds since the last run ended.
     pub last_ended_s: Option<f64>,
+    /// Why no run is due while it is paused: `held by \`stop\``,
+    /// `instances: 0` (then `next_run` is none).
+    #[serde(default)]
+    pub paused: Option<String>,
 }
 
 /// How far replacing the app's instances with the current generation got.
@@ -122,7 +126,12 @@ pub struct Rollout {
     /// Workers of older generations still there.
     pub outdated: u32,
     pub halted: bool,
+    /// Every instance not held by `stop` is of the current generation and
+    /// ready (a held one rolls out once `start` releases it).
     pub complete: bool,
+    /// Instances held by `stop` (absent from an older supervisor's reply).
+    #[serde(default)]
+    pub held: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -425,8 +425,34 @@ fn schedule(seed: u64, dependencies: bool) -> (Vec<AppSpec>, Vec<Step>) {
     if dependencies {
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x4445_5045_4e44_5321);
         add_dependencies(&mut rng, &mut apps, &mut steps);
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x434c_4f43_4b53_4554);
+        add_clock_steps(&mut rng, &apps, &mut steps);
     }
     (apps, steps)
+}
+
+/// With a cron job among `apps`, the wall clock is set forward or back a
+/// few times (a second past the tolerance, a minute, an hour, a day), from
+/// `rng`: a generator of its own, so the other seeds keep their schedules.
+fn add_clock_steps(rng: &mut Xoshiro256PlusPlus, apps: &[AppSpec], steps: &mut Vec<Step>) {
+    let cron = apps.iter().any(|a| {
+        matches!(
+            a.schedule.as_ref().map(|s| &s.when),
+            Some(When::Cron { .. })
+        )
+    });
+    if !cron {
+        return;
+    }
+    for _ in 0..rng.random_range(1..=3) {
+        let seconds = [2, 61, 3600, 86_400][rng.random_range(0..4)];
+        let step = Step::SetClock {
+            forward: rng.random_bool(0.5),
+            seconds,
+        };
+        let at = rng.random_range(0..=steps.len());
+        steps.insert(at, step);
+    }
 }
 
 /// Play a schedule; the first violation (or panic) and the step it came at.
@@ -817,6 +843,7 @@ fn ten_thousand_instances_reconcile_quickly_and_app_by_app() {
         winding_down: false,
         may_start: true,
         holding: false,
+        held: &supervise_core::reconcile::NOTHING_HELD,
     };
     for (spec, workers) in &fleet {
         assert!(reconcile(target(spec), workers, t0).steps.is_empty());
@@ -1088,6 +1115,149 @@ fn found_seed_11297_a_hold_in_a_halted_rollout_keeps_one_worker_per_slot() {
             },
         ],
     );
+}
+
+/// Issue 28: `stop APP` during a rollout held the four instances, and
+/// the slots the rollout had not reached started again at once (their old
+/// workers were held, then superseded by new ones); `stop APP.N` the same,
+/// and a `reload` started an instance `stop APP.N` held. A hold wins over
+/// every rollout, reload and restart until `start` (the world keeps the
+/// holds itself and fails any spawn for a held slot).
+#[test]
+fn issue_28_a_hold_wins_over_rollouts_reloads_and_restarts_until_start() {
+    let web = || {
+        seeded_app(
+            "app0",
+            4,
+            Readiness::Delay(Duration::from_millis(300)),
+            (1, 0),
+            RestartPolicy::Always,
+            None,
+            400,
+        )
+    };
+    let command = |kind, slot| Step::Command { kind, app: 0, slot };
+    // The whole app, during a rollout of a new definition, then a reload
+    // and a restart while held; `start` at last.
+    replay(
+        vec![web()],
+        vec![
+            Step::Wait(1000),
+            Step::Edit(Edit::Env { app: 0, value: 1 }),
+            Step::Wait(100),
+            command(CommandKind::Stop, None),
+            Step::Wait(3000),
+            command(CommandKind::Reload, None),
+            Step::Wait(3000),
+            command(CommandKind::Restart, None),
+            Step::Wait(3000),
+            command(CommandKind::Start, None),
+            Step::Wait(3000),
+        ],
+    );
+    // One instance, during a `reload`; then reloads and restarts of the
+    // app go past it, and it stays held to the end.
+    replay(
+        vec![web()],
+        vec![
+            Step::Wait(1000),
+            command(CommandKind::Reload, None),
+            Step::Wait(100),
+            command(CommandKind::Stop, Some(3)),
+            Step::Wait(3000),
+            command(CommandKind::Reload, None),
+            Step::Wait(3000),
+            command(CommandKind::Restart, None),
+            Step::Wait(1000),
+            command(CommandKind::Restart, Some(3)),
+            Step::Crash {
+                process: 1,
+                code: 1,
+            },
+            Step::Wait(3000),
+        ],
+    );
+    // A hold of the first slot before a rollout, the slot not reached yet
+    // stopped in it, a crash while held, and the file changed (which
+    // releases the holds of that app).
+    replay(
+        vec![web()],
+        vec![
+            Step::Wait(1000),
+            command(CommandKind::Stop, Some(0)),
+            Step::Edit(Edit::Env { app: 0, value: 2 }),
+            Step::Wait(50),
+            command(CommandKind::Stop, Some(2)),
+            Step::Crash {
+                process: 0,
+                code: 1,
+            },
+            Step::Wait(3000),
+            Step::Edit(Edit::Env { app: 0, value: 3 }),
+            Step::Wait(3000),
+        ],
+    );
+}
+
+/// A minutely cron job (`run_on_start`, ends after 300 ms), in UTC and in
+/// New York (whose daylight saving time begins an hour after the fake
+/// clock's start).
+fn minutely(timezone: chrono_tz::Tz) -> AppSpec {
+    let mut spec = ending_on_its_own(
+        app("job", 1, Readiness::Immediate),
+        Duration::from_millis(300),
+        0,
+    );
+    spec.restart = RestartPolicy::Never;
+    spec.schedule = Some(ScheduleSpec {
+        when: When::Cron {
+            cron: std::str::FromStr::from_str("* * * * *").expect("a valid cron expression"),
+            timezone,
+        },
+        overlap: Overlap::Skip,
+        run_on_start: true,
+    });
+    spec
+}
+
+/// Issue 28: the wall clock set back an hour silenced a `* * * * *` job
+/// for an hour (its next run stayed at the old clock's next minute); set
+/// forward, it ran at once for the skipped time. After a step the next run
+/// is the next match after the new time (the world fails a cron schedule
+/// whose next run is anything else), and the job keeps running every
+/// minute.
+#[test]
+fn issue_28_a_cron_job_runs_at_the_next_match_after_the_clock_is_set() {
+    for timezone in [chrono_tz::UTC, chrono_tz::America::New_York] {
+        for (forward, seconds) in [(false, 3600), (true, 3600), (false, 61), (true, 86_400)] {
+            replay(
+                vec![minutely(timezone)],
+                vec![
+                    Step::Wait(20_000),
+                    Step::SetClock { forward, seconds },
+                    Step::Wait(45_000),
+                    Step::SetClock {
+                        forward: !forward,
+                        seconds: 2,
+                    },
+                    Step::Wait(70_000),
+                ],
+            );
+        }
+    }
+    // Runs every minute after the clock went back an hour: 3 of 3 minutes.
+    let mut world = World::new(vec![minutely(chrono_tz::UTC)]);
+    world.step(Step::Wait(10_000)).expect("no violation");
+    world
+        .step(Step::SetClock {
+            forward: false,
+            seconds: 3600,
+        })
+        .expect("no violation");
+    let before = world.supervisor.effects().spawned_since(0).count();
+    world.step(Step::Wait(180_000)).expect("no violation");
+    let runs = world.supervisor.effects().spawned_since(0).count() - before;
+    assert_eq!(runs, 3, "{:#?}", world.history());
 }
 
 /// Seed 32005: a stop in flight kept the kill_timeout it began with after an
