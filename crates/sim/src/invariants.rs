@@ -746,7 +746,8 @@ impl World {
                 .map_or(Duration::ZERO, |a| a.kill_timeout);
             app.spec.kill_timeout.max(written) + slack
         })
-        .max(slack);
+        .max(slack)
+            + self.stalled_in_shutdown;
         let limit = started + bound;
         while !self.supervisor.finished() && self.now() < limit {
             self.advance(Duration::from_millis(10));

@@ -124,6 +124,9 @@ pub struct World {
     /// The last thing that may take workers away on purpose or by fault.
     disruptive: bool,
     pub shutdown_at: Option<Instant>,
+    /// How long the supervisor stalled since the shutdown began: the
+    /// shutdown may take that much longer.
+    pub stalled_in_shutdown: Duration,
     /// The second SIGINT came: everything is killed at once, in no order.
     killed_all: bool,
     /// The event being handled is the signal that begins the shutdown.
@@ -239,6 +242,7 @@ impl World {
             ready_before: HashMap::new(),
             disruptive: false,
             shutdown_at: None,
+            stalled_in_shutdown: Duration::ZERO,
             killed_all: false,
             shutdown_turn: false,
             witnessed: written.map(refused_file),

@@ -73,6 +73,13 @@ pub enum Step {
         forward: bool,
         seconds: u64,
     },
+    /// The supervisor does not run for `millis` (stopped, paused): the
+    /// world goes on, and every live process keeps pinging its watchdog and
+    /// says it is ready (its datagrams wait in the socket); then the loop
+    /// wakes late, says so first, and takes them in.
+    Stall {
+        millis: u64,
+    },
     /// A new version of the file.
     Edit(Edit),
     /// An edit that does not check.
@@ -215,6 +222,90 @@ impl World {
         Ok(())
     }
 
+    /// A stall of the supervisor (see [`Step::Stall`]). Nobody is blamed for
+    /// it: no worker whose process lived through it and kept speaking is
+    /// found broken or not ready in time by the turn after it.
+    fn stall(&mut self, millis: u64) -> Result<(), Violation> {
+        let stall = Duration::from_millis(millis);
+        let broken = self.supervisor.core().broken();
+        // Workers starting before the stall: none of them may be found not
+        // ready in time by the turn after it.
+        let starting: Vec<(String, u64, Option<supervise_core::worker::Outcome>)> = self
+            .supervisor
+            .core()
+            .apps()
+            .flat_map(|app| {
+                app.workers
+                    .values()
+                    .filter(|w| matches!(w.state, supervise_core::worker::State::Starting { .. }))
+                    .map(move |w| (app.spec.name.clone(), w.id, w.last_outcome))
+            })
+            .collect();
+        if self.shutdown_at.is_some() {
+            self.stalled_in_shutdown += stall;
+        }
+        let until = self.now() + stall;
+        self.fake().advance_to(until);
+        // As the loop says it: the lateness and a grace, before any news.
+        let mut batch = vec![Event::Stalled {
+            by: stall + Duration::from_secs(1),
+        }];
+        for pid in self.live() {
+            let Some((app, _)) = self.supervisor.core().worker_of(pid) else {
+                continue;
+            };
+            let ready = app.spec.ready == model::spec::Readiness::Notify;
+            let watchdog = app.spec.process.watchdog.map(|_| WatchdogMessage::Ping);
+            if ready || watchdog.is_some() {
+                batch.push(Event::Notified(effects::notify::Notification {
+                    sender_pid: pid,
+                    sender_uid: UID,
+                    sender_pgid: Some(pid),
+                    ready,
+                    stopping: false,
+                    status: None,
+                    watchdog,
+                    extend_timeout: None,
+                    injected: false,
+                }));
+            }
+        }
+        batch.push(Event::ChildExited);
+        batch.push(Event::Timer);
+        self.handle_all(batch);
+        if self.supervisor.core().broken() > broken {
+            return Err(Violation(format!(
+                "a stall of {millis} ms found an instance broken that kept pinging through it"
+            )));
+        }
+        use supervise_core::worker::{AfterStop, Outcome, State};
+        for key in starting {
+            let (app, id, before) = &key;
+            let worker = self
+                .supervisor
+                .core()
+                .app(app)
+                .and_then(|app| app.workers.get(id));
+            let stopped_not_ready = worker.is_some_and(|w| {
+                matches!(
+                    w.state,
+                    State::Stopping {
+                        then: AfterStop::Failed(Outcome::NotReady),
+                        ..
+                    }
+                ) || (w.last_outcome != *before && w.last_outcome == Some(Outcome::NotReady))
+            });
+            if stopped_not_ready {
+                return Err(Violation(format!(
+                    "a stall of {millis} ms stopped {}#{} as not ready in time, though it said READY=1 through it",
+                    key.0, key.1
+                )));
+            }
+        }
+        self.deliver();
+        Ok(())
+    }
+
     /// Take one step of a schedule, then check the invariants.
     pub fn step(&mut self, step: Step) -> Result<(), Violation> {
         self.trace.push(step.clone());
@@ -232,6 +323,7 @@ impl World {
                 | Step::CheckAnswer { passed: true, .. }
                 | Step::MemoryAnswer { over: None }
                 | Step::SetClock { .. }
+                | Step::Stall { .. }
         );
         match step {
             Step::Wait(millis) => {
@@ -333,6 +425,7 @@ impl World {
                     .set_wall_clock(forward, Duration::from_secs(seconds));
                 self.handle(Event::Timer);
             }
+            Step::Stall { millis } => self.stall(millis)?,
             Step::Edit(edit) => self.edit(edit),
             Step::InvalidEdit => self.handle(Event::Config(Loaded {
                 trigger: "the file changed".into(),

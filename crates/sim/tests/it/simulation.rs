@@ -421,6 +421,8 @@ fn schedule(seed: u64, dependencies: bool) -> (Vec<AppSpec>, Vec<Step>) {
     if liveness_of(seed) {
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x4c49_5645_4e45_5353);
         add_liveness(&mut rng, &mut apps, &mut steps);
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x5354_414c_4c53_2121);
+        add_stalls(&mut rng, &mut steps);
     }
     if dependencies {
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x4445_5045_4e44_5321);
@@ -429,6 +431,19 @@ fn schedule(seed: u64, dependencies: bool) -> (Vec<AppSpec>, Vec<Step>) {
         add_clock_steps(&mut rng, &apps, &mut steps);
     }
     (apps, steps)
+}
+
+/// The supervisor stalls a few times (a little past the lateness the loop
+/// takes for one, up to 8 s), from `rng`: a generator of its own, so the
+/// other seeds keep their schedules.
+fn add_stalls(rng: &mut Xoshiro256PlusPlus, steps: &mut Vec<Step>) {
+    for _ in 0..rng.random_range(1..=3) {
+        let step = Step::Stall {
+            millis: rng.random_range(1100..8000),
+        };
+        let at = rng.random_range(0..=steps.len());
+        steps.insert(at, step);
+    }
 }
 
 /// With a cron job among `apps`, the wall clock is set forward or back a
