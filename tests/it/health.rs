@@ -316,18 +316,32 @@ apps:
         });
         assert!(exceeded["rss_bytes"].as_u64().unwrap() > 60_000_000);
         assert_eq!(exceeded["limit_bytes"], 60_000_000);
-        // Found within two memory_check periods of passing the limit.
+        // Found within two memory_check periods of passing the limit. The
+        // instance says when it passed (its first "over the limit" after its
+        // start; an output line has no pid, so: the first of its slot after
+        // its `spawned`), which may be logged after `memory_exceeded`: the
+        // line goes through the output pipe, and the check can read the
+        // memory between the allocation and the instance's own look.
         let (pid, slot) = (exceeded["pid"].clone(), exceeded["slot"].clone());
         let at = timestamp_ms(&exceeded);
-        let over = s
+        let started = s
             .events
             .iter()
-            .rev()
-            .filter(|e| e["slot"] == slot && e["line"] == "over the limit")
-            .find(|e| timestamp_ms(e) <= at)
-            .cloned()
-            .unwrap_or_else(|| panic!("no 'over the limit' line of slot {slot}:\n{}", s.dump()));
-        let late = timestamp_ms(&exceeded) - timestamp_ms(&over);
+            .position(|e| e["event"] == "spawned" && e["pid"] == pid)
+            .expect("the instance's start");
+        let said = |s: &Supervised| {
+            s.events[started..]
+                .iter()
+                .find(|e| e["slot"] == slot && e["line"] == "over the limit")
+                .cloned()
+        };
+        assert!(
+            s.until(WAIT, |s| said(s).is_some()),
+            "no 'over the limit' line of slot {slot} after its start:\n{}",
+            s.dump()
+        );
+        let over = said(&s).expect("the line");
+        let late = at - timestamp_ms(&over);
         assert!(
             late <= 1000.0,
             "memory_exceeded came {late} ms after the instance passed its limit"
