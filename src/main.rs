@@ -1,8 +1,8 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use model::protocol::Command as Request;
-use supervise::cli::{self, Cli, Command};
+use model::protocol::Command;
+use supervise::cli::{self, Cli, Verb};
 use supervise::client;
 
 /// How many descriptors are standard: stdin, stdout, stderr.
@@ -93,15 +93,15 @@ fn main() -> ExitCode {
         client::finish(socket().and_then(|path| run(&path)))
     };
     match &args.command {
-        Some(Command::Check {
+        Some(Verb::Check {
             against: Some(against),
             ..
         }) => cli::check_diff(file, against),
-        Some(Command::Check { format, graph, .. }) => cli::check(file, *format, *graph),
-        Some(Command::Schema) => cli::schema(),
-        Some(Command::Export { target }) => cli::export(file, target),
-        Some(Command::Init { name, command }) => cli::init::run(file, command, name.as_deref()),
-        Some(Command::Install {
+        Some(Verb::Check { format, graph, .. }) => cli::check(file, *format, *graph),
+        Some(Verb::Schema) => cli::schema(),
+        Some(Verb::Export { target }) => cli::export(file, target),
+        Some(Verb::Init { name, command }) => cli::init::run(file, command, name.as_deref()),
+        Some(Verb::Install {
             user,
             print,
             name,
@@ -115,7 +115,7 @@ fn main() -> ExitCode {
             print: *print,
             force: *force,
         }),
-        Some(Command::Uninstall {
+        Some(Verb::Uninstall {
             user,
             name,
             unit_dir,
@@ -127,7 +127,7 @@ fn main() -> ExitCode {
             print: false,
             force: false,
         }),
-        Some(Command::Import {
+        Some(Verb::Import {
             source,
             output,
             from,
@@ -140,52 +140,50 @@ fn main() -> ExitCode {
             env: env.as_deref(),
             force: *force,
         }),
-        Some(Command::Completions { shell }) => cli::completions(*shell),
-        Some(Command::Man) => cli::man(),
-        Some(Command::Status { all, json }) => with_socket(&|s| client::status(s, *all, *json)),
-        Some(Command::Reload { app }) => with_socket(&|s| client::reload(s, app)),
-        Some(Command::Restart { target }) => with_socket(&|s| {
+        Some(Verb::Completions { shell }) => cli::completions(*shell),
+        Some(Verb::Man) => cli::man(),
+        Some(Verb::Status { all, json }) => with_socket(&|s| client::status(s, *all, *json)),
+        Some(Verb::Reload { app }) => with_socket(&|s| client::reload(s, app)),
+        Some(Verb::Restart { target }) => with_socket(&|s| {
             client::simple(
                 s,
-                Request::Restart {
+                Command::Restart {
                     target: target.clone(),
                 },
             )
         }),
-        Some(Command::Stop { target }) => with_socket(&|s| {
+        Some(Verb::Stop { target }) => with_socket(&|s| {
             client::simple(
                 s,
-                Request::Stop {
+                Command::Stop {
                     target: target.clone(),
                 },
             )
         }),
-        Some(Command::Start { target }) => with_socket(&|s| {
+        Some(Verb::Start { target }) => with_socket(&|s| {
             client::simple(
                 s,
-                Request::Start {
+                Command::Start {
                     target: target.clone(),
                 },
             )
         }),
-        Some(Command::Upgrade { binary }) => {
-            with_socket(&|s| client::upgrade(s, binary.as_deref()))
+        Some(Verb::Upgrade { binary }) => with_socket(&|s| client::upgrade(s, binary.as_deref())),
+        Some(Verb::Trigger { app }) => {
+            with_socket(&|s| client::simple(s, Command::Trigger { app: app.clone() }))
         }
-        Some(Command::Trigger { app }) => {
-            with_socket(&|s| client::simple(s, Request::Trigger { app: app.clone() }))
-        }
-        Some(Command::Scale {
+        Some(Verb::Scale {
             app,
             count,
             timeout,
         }) => with_socket(&|s| client::scale(file, s, app, count, *timeout)),
-        Some(Command::Logs {
+        Some(Verb::Logs {
             target,
             lines,
             follow,
             since,
         }) => with_socket(&|s| {
-            let request = Request::Logs {
+            let request = Command::Logs {
                 target: target.clone(),
                 lines: *lines,
                 follow: *follow,
@@ -193,7 +191,7 @@ fn main() -> ExitCode {
             };
             client::logs(s, request)
         }),
-        Some(Command::Top) => client::finish(client::top(file, args.socket.as_deref())),
-        Some(Command::Run) | None => cli::run(&args),
+        Some(Verb::Top) => client::finish(client::top(file, args.socket.as_deref())),
+        Some(Verb::Run) | None => cli::run(&args),
     }
 }

@@ -72,7 +72,7 @@ pub struct Cli {
     pub cgroups: CgroupMode,
 
     #[command(subcommand)]
-    pub command: Option<Command>,
+    pub command: Option<Verb>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -87,8 +87,11 @@ pub enum LogStyle {
     Json,
 }
 
+/// The verb of the command line (`check`, `status`, `reload` …); without
+/// one, supervise runs the file. (What a client asks the control socket is
+/// `model::protocol::Command`.)
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub enum Verb {
     /// Run the supervisor in the foreground (the default command).
     Run,
     /// Check an ecosystem file and report every problem in it.

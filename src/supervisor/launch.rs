@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use tracing::{error, info};
 
 use super::run::{BATCH, Inbox, Loop, Signals};
-use super::{Event, Loaded, Supervisor};
+use super::{Loaded, News, Supervisor};
 use crate::control::server::{self as control_socket, CONTROL_QUEUE};
 use crate::metrics::endpoint::{self as metrics_endpoint, Endpoint, MetricsState};
 use crate::supervisor::upgrading::{self, Lineage};
@@ -267,11 +267,11 @@ fn start(launch: Launch) -> std::io::Result<Loop> {
     // Children that exited before the SIGCHLD stream existed (or, after an
     // upgrade, during the exec, with what workers said meanwhile).
     let lost = supervisor.effects().lost_at_restore();
-    let mut first: Vec<Event> = waiting_notifications
+    let mut first: Vec<News> = waiting_notifications
         .into_iter()
-        .map(Event::Notified)
+        .map(News::Notified)
         .collect();
-    first.push(Event::ChildExited);
+    first.push(News::ChildExited);
     supervisor.handle_all(first);
     if let Some(inherited) = inherited {
         supervisor.effects_mut().took_over();

@@ -2,7 +2,7 @@
 //! [`Core`] and carries out the actions the core returns, through
 //! [`Effects`].
 //!
-//! [`Supervisor::handle`] takes one event (a child exited, a signal, a new
+//! [`Supervisor::handle`] takes one piece of news (a child exited, a signal, a new
 //! version of the file, an exec status, a probe result, a notify datagram, a
 //! health check's answer, a memory measurement, a timer) and does not return
 //! before the core has settled: every spawn it ordered has been tried and its
@@ -50,9 +50,10 @@ pub const GROUP_POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// (a round ends when no spawn result is left to feed back).
 const MAX_ROUNDS: usize = 64;
 
-/// Something that happened, for [`Supervisor::handle`].
+/// What happened in the world, for [`Supervisor::handle`] (the core's own
+/// reports are `supervise_core::Event`).
 #[derive(Debug)]
-pub enum Event {
+pub enum News {
     /// SIGCHLD: one or more children may have exited.
     ChildExited,
     /// SIGINT (a second one kills everything).
@@ -162,34 +163,34 @@ impl<E: Effects> Supervisor<E> {
 
     /// Handle one event completely: inputs to the core, then carry out what
     /// it decides until it has settled.
-    pub fn handle(&mut self, event: Event) {
-        self.handle_all([event]);
+    pub fn handle(&mut self, news: News) {
+        self.handle_all([news]);
     }
 
     /// Handle a batch of events, then let the core settle once.
-    pub fn handle_all(&mut self, events: impl IntoIterator<Item = Event>) {
+    pub fn handle_all(&mut self, news: impl IntoIterator<Item = News>) {
         let now = self.clock();
         self.core.begin_turn();
-        for event in events {
-            self.take(event, now);
+        for news in news {
+            self.take(news, now);
         }
         self.settle(now);
     }
 
-    fn take(&mut self, event: Event, now: Instant) {
-        match event {
-            Event::ChildExited => self.reap(now),
-            Event::Interrupt => self.interrupt(),
-            Event::Terminate => self.terminate(),
-            Event::Config(loaded) => self.config(loaded, now),
-            Event::ExecStatus { pid, status } => self.exec_status(pid, status, now),
-            Event::ProbeSucceeded { pid } => self.probe_succeeded(pid, now),
-            Event::Notified(notification) => self.notified(notification, now),
-            Event::Checked(answer) => self.check_answered(answer, now),
-            Event::MemoryMeasured { round, usage } => self.memory_measured(round, usage, now),
-            Event::GroupsChanged => self.groups_changed(now),
-            Event::Timer => self.timer(now),
-            Event::Stalled { by } => self.core.input(Input::Stalled { by }, now),
+    fn take(&mut self, news: News, now: Instant) {
+        match news {
+            News::ChildExited => self.reap(now),
+            News::Interrupt => self.interrupt(),
+            News::Terminate => self.terminate(),
+            News::Config(loaded) => self.config(loaded, now),
+            News::ExecStatus { pid, status } => self.exec_status(pid, status, now),
+            News::ProbeSucceeded { pid } => self.probe_succeeded(pid, now),
+            News::Notified(notification) => self.notified(notification, now),
+            News::Checked(answer) => self.check_answered(answer, now),
+            News::MemoryMeasured { round, usage } => self.memory_measured(round, usage, now),
+            News::GroupsChanged => self.groups_changed(now),
+            News::Timer => self.timer(now),
+            News::Stalled { by } => self.core.input(Input::Stalled { by }, now),
         }
     }
 
@@ -200,7 +201,7 @@ impl<E: Effects> Supervisor<E> {
         now
     }
 
-    /// When to send [`Event::Timer`] if nothing happens before.
+    /// When to send [`News::Timer`] if nothing happens before.
     pub fn next_wake(&self) -> Instant {
         let wake = self.core.next_wake();
         self.poll_at.map_or(wake, |poll| wake.min(poll))

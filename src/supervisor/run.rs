@@ -26,7 +26,7 @@ use tokio::signal::unix::Signal;
 use tokio::sync::mpsc;
 use tracing::info;
 
-use super::{Event, Loaded, Supervisor};
+use super::{Loaded, News, Supervisor};
 use crate::control::server::ControlRequest;
 use crate::metrics::endpoint::{Endpoint, Scrape, SnapshotRequest};
 use crate::supervisor::upgrading::{self, Lineage, LoopShell, Next, Upgrading};
@@ -78,8 +78,8 @@ impl Inbox {
     /// Every fact waiting in a queue (at most [`BATCH`] of each kind),
     /// after `facts`, and the exits: what happened to the workers, taken
     /// before any deadline is judged.
-    fn waiting_facts(&mut self, facts: &mut Vec<Event>) {
-        fn take<T>(queue: &mut mpsc::Receiver<T>, facts: &mut Vec<Event>, fact: fn(T) -> Event) {
+    fn waiting_facts(&mut self, facts: &mut Vec<News>) {
+        fn take<T>(queue: &mut mpsc::Receiver<T>, facts: &mut Vec<News>, fact: fn(T) -> News) {
             for _ in 0..BATCH {
                 match queue.try_recv() {
                     Ok(message) => facts.push(fact(message)),
@@ -88,27 +88,27 @@ impl Inbox {
             }
         }
         take(&mut self.exec_reports, facts, |(pid, status)| {
-            Event::ExecStatus { pid, status }
+            News::ExecStatus { pid, status }
         });
-        take(&mut self.probes, facts, |pid| Event::ProbeSucceeded { pid });
-        take(&mut self.notifications, facts, Event::Notified);
-        take(&mut self.check_answers, facts, Event::Checked);
+        take(&mut self.probes, facts, |pid| News::ProbeSucceeded { pid });
+        take(&mut self.notifications, facts, News::Notified);
+        take(&mut self.check_answers, facts, News::Checked);
         take(&mut self.memory, facts, |(round, usage)| {
-            Event::MemoryMeasured { round, usage }
+            News::MemoryMeasured { round, usage }
         });
         if self.group_changes.try_recv().is_ok() {
-            facts.push(Event::GroupsChanged);
+            facts.push(News::GroupsChanged);
         }
         // A child that exited while we did not run is reaped now (a reap
         // with nothing to reap costs one `waitpid`).
-        facts.push(Event::ChildExited);
+        facts.push(News::ChildExited);
     }
 }
 
 /// What woke the loop.
 enum Wake {
     /// News about the workers (taken with every other fact waiting).
-    Fact(Event),
+    Fact(News),
     /// Anything else: taken after every fact waiting.
     Order(Order),
 }
@@ -116,7 +116,7 @@ enum Wake {
 /// What woke the loop, but news about the workers.
 enum Order {
     /// SIGINT or SIGTERM.
-    Stop(Event),
+    Stop(News),
     /// SIGHUP: read the file again.
     Hangup,
     /// SIGUSR1: reopen the log files.
@@ -191,9 +191,9 @@ impl Loop {
         let upgrade = &mut self.upgrade;
         let clock_set = &mut self.clock_set;
         tokio::select! {
-            _ = signals.children.recv() => Wake::Fact(Event::ChildExited),
-            _ = signals.interrupts.recv() => Wake::Order(Order::Stop(Event::Interrupt)),
-            _ = signals.terminates.recv() => Wake::Order(Order::Stop(Event::Terminate)),
+            _ = signals.children.recv() => Wake::Fact(News::ChildExited),
+            _ = signals.interrupts.recv() => Wake::Order(Order::Stop(News::Interrupt)),
+            _ = signals.terminates.recv() => Wake::Order(Order::Stop(News::Terminate)),
             _ = signals.hangups.recv() => Wake::Order(Order::Hangup),
             _ = signals.user1.recv() => Wake::Order(Order::ReopenLogs),
             _ = signals.user2.recv() => Wake::Order(Order::UpgradeAsked { binary: None, client: None }),
@@ -206,13 +206,13 @@ impl Loop {
             Some(loaded) = inbox.configs.recv() => Wake::Order(Order::Config(loaded)),
             scrape = self.metrics.accept() => Wake::Order(Order::Scrape(scrape)),
             Some(reply) = inbox.snapshot_requests.recv() => Wake::Order(Order::Snapshot(reply)),
-            Some((pid, status)) = inbox.exec_reports.recv() => Wake::Fact(Event::ExecStatus { pid, status }),
-            Some(pid) = inbox.probes.recv() => Wake::Fact(Event::ProbeSucceeded { pid }),
-            Some(notification) = inbox.notifications.recv() => Wake::Fact(Event::Notified(notification)),
+            Some((pid, status)) = inbox.exec_reports.recv() => Wake::Fact(News::ExecStatus { pid, status }),
+            Some(pid) = inbox.probes.recv() => Wake::Fact(News::ProbeSucceeded { pid }),
+            Some(notification) = inbox.notifications.recv() => Wake::Fact(News::Notified(notification)),
             Some(request) = inbox.control_requests.recv() => Wake::Order(Order::Command(request)),
-            Some(answer) = inbox.check_answers.recv() => Wake::Fact(Event::Checked(answer)),
-            Some((round, usage)) = inbox.memory.recv() => Wake::Fact(Event::MemoryMeasured { round, usage }),
-            Some(()) = inbox.group_changes.recv() => Wake::Fact(Event::GroupsChanged),
+            Some(answer) = inbox.check_answers.recv() => Wake::Fact(News::Checked(answer)),
+            Some((round, usage)) = inbox.memory.recv() => Wake::Fact(News::MemoryMeasured { round, usage }),
+            Some(()) = inbox.group_changes.recv() => Wake::Fact(News::GroupsChanged),
             () = clock_set.changed() => Wake::Order(Order::Timer),
             _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => Wake::Order(Order::Timer),
         }
@@ -230,7 +230,7 @@ impl Loop {
         if late > STALL_BEYOND {
             // Beyond the lateness, a grace for what waits in the kernel's queues
             // (a datagram our notify task has not read yet) to come in.
-            facts.push(Event::Stalled {
+            facts.push(News::Stalled {
                 by: late + STALL_BEYOND,
             });
         }
@@ -257,7 +257,7 @@ impl Loop {
                 self.supervisor.handle_all(facts);
             }
             Order::Timer => {
-                facts.push(Event::Timer);
+                facts.push(News::Timer);
                 self.supervisor.handle_all(facts);
                 if self.upgrade.is_some() {
                     self.upgrade_progress();
@@ -283,7 +283,7 @@ impl Loop {
                 if let Some(hash) = loaded.hash {
                     self.seen_hash = hash;
                 }
-                facts.push(Event::Config(loaded));
+                facts.push(News::Config(loaded));
                 self.supervisor.handle_all(facts);
                 self.metrics
                     .follow(self.supervisor.core().desired().metrics);

@@ -39,7 +39,7 @@ pub struct App {
     /// `on_dependency_restart: restart`: the processes of each dependency
     /// when they last met its condition.
     pub(super) dependency_seen:
-        BTreeMap<String, std::collections::BTreeSet<super::dependencies::Incarnation>>,
+        BTreeMap<String, std::collections::BTreeSet<super::dependencies::WorkerRun>>,
     /// Stopping everything: removed, or shutting down with no dependent left.
     pub(super) winding_down: bool,
     /// A scheduled app's runs.

@@ -55,7 +55,7 @@ impl Gate {
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
 )]
-pub struct Incarnation {
+pub struct WorkerRun {
     worker: WorkerId,
     run: u32,
 }
@@ -151,14 +151,14 @@ fn has_ended(worker: &Worker) -> bool {
 }
 
 /// The processes (or completed runs) of `dependency` that meet `condition`.
-fn incarnations(dependency: &App, condition: Condition) -> BTreeSet<Incarnation> {
+fn worker_runs(dependency: &App, condition: Condition) -> BTreeSet<WorkerRun> {
     let has_health = dependency.spec.health.is_some();
     dependency
         .workers
         .values()
         .filter(|w| w.slot < dependency.spec.instances)
         .filter(|w| meets(w, condition, counted_generation(dependency), has_health))
-        .map(|w| Incarnation {
+        .map(|w| WorkerRun {
             worker: w.id,
             run: w.runs,
         })
@@ -226,7 +226,7 @@ impl Core {
         };
         let mut waiting = Vec::new();
         let mut blocked = None;
-        let mut fresh: Vec<(String, BTreeSet<Incarnation>)> = Vec::new();
+        let mut fresh: Vec<(String, BTreeSet<WorkerRun>)> = Vec::new();
         for dependency in &app.spec.depends_on {
             let Some(other) = self.apps.get(&dependency.app).filter(|o| !o.removed) else {
                 // `check` refuses unknown names: nothing to wait for.
@@ -237,7 +237,7 @@ impl Core {
                     if app.spec.on_dependency_restart == OnDependencyRestart::Restart {
                         fresh.push((
                             dependency.app.clone(),
-                            incarnations(other, dependency.condition),
+                            worker_runs(other, dependency.condition),
                         ));
                     }
                 }
@@ -256,7 +256,7 @@ impl Core {
             (None, false) => Gate::Waiting(waiting),
             (None, true) => Gate::Open,
         };
-        let restarted = self.note_incarnations(name, &gate, fresh);
+        let restarted = self.note_worker_runs(name, &gate, fresh);
         let Some(app) = self.apps.get_mut(name) else {
             return false;
         };
@@ -296,11 +296,11 @@ impl Core {
     /// processes are while the gate is open; when every one remembered is
     /// gone and new ones meet the condition, the app is replaced (the name
     /// of that dependency is returned).
-    fn note_incarnations(
+    fn note_worker_runs(
         &mut self,
         name: &str,
         gate: &Gate,
-        fresh: Vec<(String, BTreeSet<Incarnation>)>,
+        fresh: Vec<(String, BTreeSet<WorkerRun>)>,
     ) -> Option<String> {
         let app = self.apps.get_mut(name)?;
         // What is no longer watched is forgotten: switched back on later,

@@ -359,7 +359,7 @@ pub fn adopted(known: &HashSet<i32>) -> Vec<i32> {
 
 /// What a process's environment says of the `SUPERVISE_RUN` it carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Carried {
+pub enum RunToken {
     Token(String),
     /// No token: its environment has none, or it has none to read.
     Nothing,
@@ -370,13 +370,13 @@ pub enum Carried {
 
 /// The `SUPERVISE_RUN` process `pid` carries (`buffer` is scratch space,
 /// reused across calls).
-pub fn run_token(pid: i32, buffer: &mut Vec<u8>) -> Carried {
+pub fn run_token(pid: i32, buffer: &mut Vec<u8>) -> RunToken {
     match procfs::environ(pid, buffer) {
-        procfs::Environ::Absent => Carried::Nothing,
-        procfs::Environ::Changing => Carried::Changing,
+        procfs::Environ::Absent => RunToken::Nothing,
+        procfs::Environ::Changing => RunToken::Changing,
         procfs::Environ::Read => procfs::environ_entry(buffer, "SUPERVISE_RUN=")
-            .map_or(Carried::Nothing, |value| {
-                Carried::Token(String::from_utf8_lossy(value).into_owned())
+            .map_or(RunToken::Nothing, |value| {
+                RunToken::Token(String::from_utf8_lossy(value).into_owned())
             }),
     }
 }
@@ -408,14 +408,14 @@ mod tests {
         // `spawn` returns once the new program's memory is in place, which is
         // before the kernel has written its environment there.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while run_token(pid, &mut Vec::new()) == Carried::Changing
+        while run_token(pid, &mut Vec::new()) == RunToken::Changing
             && std::time::Instant::now() < deadline
         {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         assert_eq!(
             run_token(pid, &mut Vec::new()),
-            Carried::Token("abc.7".into())
+            RunToken::Token("abc.7".into())
         );
     }
 
@@ -449,9 +449,9 @@ mod tests {
         while !asleep() && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        assert_eq!(run_token(pid, &mut Vec::new()), Carried::Nothing);
+        assert_eq!(run_token(pid, &mut Vec::new()), RunToken::Nothing);
         drop(child);
-        assert_eq!(run_token(pid, &mut Vec::new()), Carried::Nothing);
+        assert_eq!(run_token(pid, &mut Vec::new()), RunToken::Nothing);
     }
 
     /// A shell that does nothing but exec itself again (100,000 times: for
@@ -491,12 +491,12 @@ mod tests {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
         while std::time::Instant::now() < deadline {
             match run_token(pid, &mut buffer) {
-                Carried::Token(t) => {
+                RunToken::Token(t) => {
                     assert_eq!(t, "abc.9");
                     token += 1;
                 }
-                Carried::Changing => changing += 1,
-                Carried::Nothing => panic!("read as carrying nothing ({token} reads before)"),
+                RunToken::Changing => changing += 1,
+                RunToken::Nothing => panic!("read as carrying nothing ({token} reads before)"),
             }
         }
         assert!(token > 0, "never read its token ({changing} reads empty)");

@@ -25,7 +25,7 @@
 //! as the two tracking modes have them: polled (process groups, the
 //! environment: the loop looks on a timer) and announced (cgroups: the
 //! kernel says so through `cgroup.events`, and the driver delivers
-//! [`supervise::supervisor::Event::GroupsChanged`] when
+//! [`supervise::supervisor::News::GroupsChanged`] when
 //! [`FakeEffects::take_emptied_groups`] says one emptied).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};

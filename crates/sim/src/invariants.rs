@@ -14,7 +14,7 @@ use crate::fake::Life;
 use effects::Effects;
 use model::orders::WorkerId;
 use model::spec::{ReloadLimits, When};
-use supervise::supervisor::{Event, GROUP_POLL_INTERVAL};
+use supervise::supervisor::{GROUP_POLL_INTERVAL, News};
 use supervise_core::worker::{AfterStop, State};
 use supervise_core::{App, Core, Phase};
 
@@ -734,7 +734,7 @@ impl World {
     /// `kill_timeout`) plus a bound per app of the chain, leaving no process.
     pub fn shuts_down(&mut self) -> Result<(), Violation> {
         if self.shutdown_at.is_none() {
-            self.signal(Event::Terminate);
+            self.signal(News::Terminate);
         }
         let started = self.shutdown_at.unwrap_or_else(|| self.now());
         let slack = 3 * GROUP_POLL_INTERVAL;

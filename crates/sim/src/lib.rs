@@ -50,8 +50,8 @@ use effects::notify::Notification;
 use model::orders::WatchdogMessage;
 use model::protocol::Command;
 use model::spec::{AppSpec, Desired, Probe, ProbeKind, ProbeSpec, Readiness, Template};
-use supervise::supervisor::{Event, Supervisor};
 use supervise::supervisor::{Load, Loaded};
+use supervise::supervisor::{News, Supervisor};
 use supervise_core::Phase;
 
 pub mod dependencies;
@@ -261,12 +261,12 @@ impl World {
     }
 
     /// Hand the supervisor one event, then look at what it did.
-    pub fn handle(&mut self, event: Event) {
+    pub fn handle(&mut self, event: News) {
         self.handle_all([event]);
     }
 
     /// Hand the supervisor a batch of events, then look at what it did.
-    pub fn handle_all(&mut self, events: impl IntoIterator<Item = Event>) {
+    pub fn handle_all(&mut self, events: impl IntoIterator<Item = News>) {
         self.going_before = self.going_workers();
         self.supervisor.handle_all(events);
         self.witness();
@@ -308,7 +308,7 @@ impl World {
                 self.handle_all(
                     reports
                         .into_iter()
-                        .map(|(pid, status)| Event::ExecStatus { pid, status }),
+                        .map(|(pid, status)| News::ExecStatus { pid, status }),
                 );
                 for pid in binding {
                     self.report_injected(pid);
@@ -318,13 +318,13 @@ impl World {
             let mut reaped = false;
             if self.supervisor.effects().sigchld_pending() {
                 let before = self.zombies();
-                self.handle(Event::ChildExited);
+                self.handle(News::ChildExited);
                 // Zombies the supervisor cannot reap yet wait for their exec
                 // status, which is still to come.
                 reaped = self.zombies() != before;
             }
             if self.fake().take_emptied_groups() {
-                self.handle(Event::GroupsChanged);
+                self.handle(News::GroupsChanged);
                 continue;
             }
             if !reaped {
@@ -356,7 +356,7 @@ impl World {
             }
             let wake = self.supervisor.next_wake();
             if wake <= now {
-                self.handle(Event::Timer);
+                self.handle(News::Timer);
                 continue;
             }
             let next = self
@@ -374,7 +374,7 @@ impl World {
             if next >= wake {
                 // The loop's sleep until `wake` ended.
                 self.deliver();
-                self.handle(Event::Timer);
+                self.handle(News::Timer);
             }
         }
         panic!("advance: no progress after {MAX_TICKS} steps: a busy loop");
@@ -406,7 +406,7 @@ impl World {
             .filter(|pid| self.runs_program(*pid))
             .collect();
         if !probing.is_empty() {
-            self.handle_all(probing.into_iter().map(|pid| Event::ProbeSucceeded { pid }));
+            self.handle_all(probing.into_iter().map(|pid| News::ProbeSucceeded { pid }));
         }
         let notifying: Vec<i32> = self
             .supervisor
@@ -442,7 +442,7 @@ impl World {
         watchdog: Option<WatchdogMessage>,
         extend_timeout: Option<Duration>,
     ) {
-        self.handle(Event::Notified(Notification {
+        self.handle(News::Notified(Notification {
             sender_pid: pid,
             sender_uid: uid,
             sender_pgid: Some(pid),
@@ -460,7 +460,7 @@ impl World {
         if let Some(process) = self.fake().process_mut(pid) {
             process.injected = true;
         }
-        self.handle(Event::Notified(Notification {
+        self.handle(News::Notified(Notification {
             sender_pid: pid,
             sender_uid: UID,
             sender_pgid: Some(pid),
@@ -476,7 +476,7 @@ impl World {
     /// The running check `number` of the worker led by `pid` answers.
     pub fn answer_check(&mut self, pid: i32, number: u64, passed: bool) {
         self.fake().check_done(pid);
-        self.handle(Event::Checked(CheckAnswer {
+        self.handle(News::Checked(CheckAnswer {
             pid,
             check: number,
             passed,
@@ -509,7 +509,7 @@ impl World {
                 (*pid, if Some(*pid) == over { limit + 1 } else { 0 })
             })
             .collect();
-        self.handle(Event::MemoryMeasured { round, usage });
+        self.handle(News::MemoryMeasured { round, usage });
     }
 
     /// Apply a new version of the file (as the config loader would hand it).
@@ -528,7 +528,7 @@ impl World {
             // What the new version starts is judged with its holds.
             self.release_changed(&desired);
         }
-        self.handle(Event::Config(Loaded {
+        self.handle(News::Config(Loaded {
             trigger: "the file changed".into(),
             load: Load::Valid {
                 desired: desired.clone(),

@@ -12,8 +12,8 @@ use model::spec::{
     Condition, Dependency, HealthCheck, OnDependencyRestart, Overlap, Readiness, RestartPolicy,
     ScheduleSpec, Template, When,
 };
-use supervise::supervisor::{Event, Supervisor};
 use supervise::supervisor::{Load, Loaded};
+use supervise::supervisor::{News, Supervisor};
 
 /// One thing that happens to the world. Indices are taken modulo the
 /// candidates that exist when the step runs.
@@ -218,7 +218,7 @@ impl World {
         let mut image = Supervisor::restored(handover.supervisor, fake);
         upgrading::resume_probes(&mut image);
         self.supervisor = image;
-        self.handle(Event::ChildExited);
+        self.handle(News::ChildExited);
         Ok(())
     }
 
@@ -247,7 +247,7 @@ impl World {
         let until = self.now() + stall;
         self.fake().advance_to(until);
         // As the loop says it: the lateness and a grace, before any news.
-        let mut batch = vec![Event::Stalled {
+        let mut batch = vec![News::Stalled {
             by: stall + Duration::from_secs(1),
         }];
         for pid in self.live() {
@@ -257,7 +257,7 @@ impl World {
             let ready = app.spec.ready == model::spec::Readiness::Notify;
             let watchdog = app.spec.process.watchdog.map(|_| WatchdogMessage::Ping);
             if ready || watchdog.is_some() {
-                batch.push(Event::Notified(effects::notify::Notification {
+                batch.push(News::Notified(effects::notify::Notification {
                     sender_pid: pid,
                     sender_uid: UID,
                     sender_pgid: Some(pid),
@@ -270,8 +270,8 @@ impl World {
                 }));
             }
         }
-        batch.push(Event::ChildExited);
-        batch.push(Event::Timer);
+        batch.push(News::ChildExited);
+        batch.push(News::Timer);
         self.handle_all(batch);
         if self.supervisor.core().broken() > broken {
             return Err(Violation(format!(
@@ -367,7 +367,7 @@ impl World {
                 probing.sort();
                 if !probing.is_empty() {
                     let pid = probing[process % probing.len()];
-                    self.handle(Event::ProbeSucceeded { pid });
+                    self.handle(News::ProbeSucceeded { pid });
                 }
             }
             Step::Notify { process, foreign } => {
@@ -423,11 +423,11 @@ impl World {
             Step::SetClock { forward, seconds } => {
                 self.fake()
                     .set_wall_clock(forward, Duration::from_secs(seconds));
-                self.handle(Event::Timer);
+                self.handle(News::Timer);
             }
             Step::Stall { millis } => self.stall(millis)?,
             Step::Edit(edit) => self.edit(edit),
-            Step::InvalidEdit => self.handle(Event::Config(Loaded {
+            Step::InvalidEdit => self.handle(News::Config(Loaded {
                 trigger: "the file changed".into(),
                 load: Load::Invalid {
                     rendered: "ecosystem.yaml:1:1: error: simulated".into(),
@@ -436,8 +436,8 @@ impl World {
                 identity: None,
                 hash: None,
             })),
-            Step::Sigterm => self.signal(Event::Terminate),
-            Step::Sigint => self.signal(Event::Interrupt),
+            Step::Sigterm => self.signal(News::Terminate),
+            Step::Sigint => self.signal(News::Interrupt),
         }
         self.deliver();
         // A stop for a failed check, memory or a missed watchdog is a fault,
@@ -448,11 +448,11 @@ impl World {
         self.check()
     }
 
-    pub(super) fn signal(&mut self, event: Event) {
+    pub(super) fn signal(&mut self, event: News) {
         self.shutdown_turn = self.shutdown_at.is_none();
         if self.shutdown_at.is_none() {
             self.shutdown_at = Some(self.now());
-        } else if matches!(event, Event::Interrupt) {
+        } else if matches!(event, News::Interrupt) {
             self.killed_all = true;
         }
         self.handle(event);

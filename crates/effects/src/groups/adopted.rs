@@ -1,7 +1,7 @@
 //! Without cgroups: the children we adopted as a subreaper and the tokens
 //! they carry (read once per [`ADOPTED_SCAN_TTL`]); the tokens of discarded
 //! processes and forgotten instances, looked for again; the children that
-//! could not be read yet (within an `execve`: [`Carried::Changing`]), looked
+//! could not be read yet (within an `execve`: [`RunToken::Changing`]), looked
 //! at again every [`CHANGING_RECHECK`] and holding back the verdict that a
 //! token group is empty, for at most [`CHANGING_WAIT`]. With cgroups none
 //! of this runs: a cgroup tells who belongs to an instance.
@@ -10,8 +10,8 @@ use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use super::{
-    ADOPTED_SCAN_TTL, CHANGING_RECHECK, CHANGING_WAIT, Carried, DISCARDED_TOKENS, Groups, MAX_TREE,
-    Tracking, procfs,
+    ADOPTED_SCAN_TTL, CHANGING_RECHECK, CHANGING_WAIT, DISCARDED_TOKENS, Groups, MAX_TREE,
+    RunToken, Tracking, procfs,
 };
 
 impl Groups {
@@ -64,9 +64,9 @@ impl Groups {
         let pids: Vec<i32> = self.changing.keys().copied().collect();
         for pid in pids {
             match crate::tracking::run_token(pid, &mut self.buffer) {
-                Carried::Changing => continue,
-                Carried::Token(token) if self.discarded.contains(&token) => found.push(pid),
-                Carried::Token(_) | Carried::Nothing => {}
+                RunToken::Changing => continue,
+                RunToken::Token(token) if self.discarded.contains(&token) => found.push(pid),
+                RunToken::Token(_) | RunToken::Nothing => {}
             }
             self.changing.remove(&pid);
             // What it carries is known now: the next question reads afresh.
@@ -113,12 +113,12 @@ impl Groups {
             let now = Instant::now();
             for pid in crate::tracking::adopted(&leaders) {
                 match crate::tracking::run_token(pid, &mut self.buffer) {
-                    Carried::Token(token) => adopted.entry(token).or_default().push(pid),
-                    Carried::Changing => {
+                    RunToken::Token(token) => adopted.entry(token).or_default().push(pid),
+                    RunToken::Changing => {
                         let since = self.changing.get(&pid).copied().unwrap_or(now);
                         changing.insert(pid, since);
                     }
-                    Carried::Nothing => {}
+                    RunToken::Nothing => {}
                 }
             }
             self.adopted = adopted;

@@ -17,7 +17,7 @@
 //! of /proc. The adopted children and their tokens are read once for every
 //! question asked within [`ADOPTED_SCAN_TTL`], and the loop polls. A child
 //! whose environment cannot be read yet, most likely within an `execve` (see
-//! [`Carried::Changing`]), is looked at again, and holds back the verdict
+//! [`RunToken::Changing`]), is looked at again, and holds back the verdict
 //! that an instance is empty, for at most [`CHANGING_WAIT`].
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -36,7 +36,7 @@ use tracing::{debug, warn};
 
 use super::cgroup;
 use super::procfs;
-use super::tracking::{CHANGING_WAIT, Carried, Tracking};
+use super::tracking::{CHANGING_WAIT, RunToken, Tracking};
 
 mod adopted;
 use adopted::tree;
@@ -122,7 +122,7 @@ pub struct Groups {
     /// …as read at this moment.
     adopted_read: Option<Instant>,
     /// The adopted children that could not be read yet
-    /// ([`Carried::Changing`]), since when.
+    /// ([`RunToken::Changing`]), since when.
     changing: HashMap<i32, Instant>,
     /// The token groups that looked empty but for such a child, since when:
     /// past [`CHANGING_WAIT`] they count as empty all the same.

@@ -358,7 +358,7 @@ std::thread_local! {
 }
 
 /// Where each line a worker prints goes.
-pub struct Outlets {
+pub struct Destinations {
     pub sink: LogSink,
     pub logs: Arc<LogHub>,
     pub files: Arc<LogFiles>,
@@ -471,7 +471,7 @@ pub async fn pump(
     fd: OwnedFd,
     source: Source,
     stream: Stream,
-    outlets: Outlets,
+    destinations: Destinations,
     splitter: LineSplitter,
     pumps: Pumps,
 ) {
@@ -487,12 +487,12 @@ pub async fn pump(
         pumps.remove(id);
         return;
     };
-    let Outlets {
+    let Destinations {
         sink,
         logs,
         files,
         format,
-    } = outlets;
+    } = destinations;
     let mut at = SystemTime::now();
     let emit = |line: &[u8], at: SystemTime| {
         logs.push(&source.app, source.slot, line, at);

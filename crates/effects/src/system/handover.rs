@@ -261,7 +261,7 @@ impl System {
                 ExecStatus::Failed(error) => ProbeEnd::CouldNotRun(error),
                 ExecStatus::Succeeded | ExecStatus::Pending => ProbeEnd::Exited(exit),
             };
-            self.probe = Some(Probing::Ended(ended));
+            self.probe = Some(Probing::Finished(ended));
             return true;
         }
         match self.abandoned_probes.iter().position(|p| p.pid == pid) {
@@ -278,7 +278,7 @@ impl System {
     /// How the probe ended, once reaped; forgotten once taken.
     pub(crate) fn probe_ended(&mut self) -> Option<ProbeEnd> {
         match self.probe.take() {
-            Some(Probing::Ended(ended)) => Some(ended),
+            Some(Probing::Finished(ended)) => Some(ended),
             other => {
                 self.probe = other;
                 None

@@ -103,7 +103,7 @@ enum Exec {
 enum Probing {
     Running(Transient),
     /// Reaped; what it left was killed.
-    Ended(crate::upgrade::probe::ProbeEnd),
+    Finished(crate::upgrade::probe::ProbeEnd),
 }
 
 /// What is kept for a live child besides what the core knows.
@@ -175,7 +175,7 @@ impl System {
             fd,
             source,
             stream,
-            output::Outlets {
+            output::Destinations {
                 sink: self.setup.sink.clone(),
                 logs: self.setup.logs.clone(),
                 files: self.setup.files.clone(),

@@ -41,7 +41,7 @@ use model::spec::{
 };
 use sim::fake::{Behaviour, FakeEffects};
 use sim::{CommandKind, Edit, Step, Violation, World, app, ending_on_its_own, probe};
-use supervise::supervisor::{Event, Supervisor};
+use supervise::supervisor::{News, Supervisor};
 use supervise_core::SPAWNS_PER_TURN;
 use supervise_core::reconcile::{Step as Decide, Target, Workers, reconcile};
 use supervise_core::worker::Worker;
@@ -1530,9 +1530,9 @@ fn a_large_start_goes_in_turns_and_a_shutdown_between_them_starts_nothing_more()
     let mut supervisor = Supervisor::new(&desired, "ecosystem.yaml", 1000, fake);
     supervisor.start();
     assert_eq!(spawns(&supervisor.effects().history), SPAWNS_PER_TURN);
-    supervisor.handle(Event::Timer);
+    supervisor.handle(News::Timer);
     assert_eq!(spawns(&supervisor.effects().history), 2 * SPAWNS_PER_TURN);
-    supervisor.handle(Event::Terminate);
+    supervisor.handle(News::Terminate);
     assert_eq!(spawns(&supervisor.effects().history), 2 * SPAWNS_PER_TURN);
 
     let mut world = World::new(vec![app("big", 500, Readiness::Immediate)]);
