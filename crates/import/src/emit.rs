@@ -66,7 +66,7 @@ fn looks_numeric(text: &str) -> bool {
 
 /// `key: value` lines for one mapping entry at `indent` spaces, values that
 /// are mappings written as nested blocks and lists of scalars as flow lists.
-pub fn entry(out: &mut String, indent: usize, key: &str, value: &Value) {
+pub(crate) fn entry(out: &mut String, indent: usize, key: &str, value: &Value) {
     let pad = " ".repeat(indent);
     let key = string(key, false);
     match value {

@@ -45,7 +45,7 @@ impl Format {
     }
 
     /// The format a file's name says, if it says one.
-    pub fn from_path(path: &Path) -> Option<Format> {
+    pub(crate) fn from_path(path: &Path) -> Option<Format> {
         let name = path.file_name()?.to_str()?;
         if name == "Procfile" || name.starts_with("Procfile.") || name.ends_with(".procfile") {
             return Some(Format::Procfile);
@@ -68,7 +68,7 @@ impl Format {
 
 /// How much a note matters to the one who reads the imported file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Severity {
+pub(crate) enum Severity {
     /// Behaviour that did not carry over, or carried over changed.
     Warning,
     /// Something to know, nothing lost.
@@ -79,13 +79,13 @@ pub enum Severity {
 /// source it comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Note {
-    pub severity: Severity,
-    pub line: Option<usize>,
-    pub text: String,
+    pub(crate) severity: Severity,
+    pub(crate) line: Option<usize>,
+    pub(crate) text: String,
 }
 
 impl Note {
-    pub fn warning(line: Option<usize>, text: impl Into<String>) -> Note {
+    pub(crate) fn warning(line: Option<usize>, text: impl Into<String>) -> Note {
         Note {
             severity: Severity::Warning,
             line,
@@ -93,7 +93,7 @@ impl Note {
         }
     }
 
-    pub fn info(line: Option<usize>, text: impl Into<String>) -> Note {
+    pub(crate) fn info(line: Option<usize>, text: impl Into<String>) -> Note {
         Note {
             severity: Severity::Note,
             line,
@@ -105,22 +105,22 @@ impl Note {
 /// One app of the imported file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DraftApp {
-    pub name: String,
+    pub(crate) name: String,
     /// Where the app is declared in the source.
-    pub line: Option<usize>,
+    pub(crate) line: Option<usize>,
     /// Ecosystem-file keys, in the order they are written.
-    pub fields: Map<String, Value>,
-    pub notes: Vec<Note>,
+    pub(crate) fields: Map<String, Value>,
+    pub(crate) notes: Vec<Note>,
     /// The source's keys for this app that were carried over (some with a
     /// note on how), in the source's order.
-    pub mapped: Vec<String>,
+    pub(crate) mapped: Vec<String>,
     /// The source's keys for this app that were not, each with a warning or
     /// a note saying why.
-    pub left_out: Vec<String>,
+    pub(crate) left_out: Vec<String>,
 }
 
 impl DraftApp {
-    pub fn new(name: String, line: Option<usize>) -> DraftApp {
+    pub(crate) fn new(name: String, line: Option<usize>) -> DraftApp {
         DraftApp {
             name,
             line,
@@ -131,41 +131,46 @@ impl DraftApp {
         }
     }
 
-    pub fn set(&mut self, key: &str, value: Value) {
+    pub(crate) fn set(&mut self, key: &str, value: Value) {
         self.fields.insert(key.to_string(), value);
     }
 
-    pub fn warn(&mut self, line: Option<usize>, text: impl Into<String>) {
+    pub(crate) fn warn(&mut self, line: Option<usize>, text: impl Into<String>) {
         self.notes.push(Note::warning(line, text));
     }
 
-    pub fn note(&mut self, line: Option<usize>, text: impl Into<String>) {
+    pub(crate) fn note(&mut self, line: Option<usize>, text: impl Into<String>) {
         self.notes.push(Note::info(line, text));
     }
 
     /// `key` of the source is not carried over: a warning says why.
-    pub fn leave_out(&mut self, key: &str, line: Option<usize>, text: impl Into<String>) {
+    pub(crate) fn leave_out(&mut self, key: &str, line: Option<usize>, text: impl Into<String>) {
         self.warn(line, text);
         self.mark_left_out(key);
     }
 
     /// `key` of the source is not carried over, and nothing a process sees
     /// changes for it (pm2's own tooling, say): a note says why.
-    pub fn leave_out_with_note(&mut self, key: &str, line: Option<usize>, text: impl Into<String>) {
+    pub(crate) fn leave_out_with_note(
+        &mut self,
+        key: &str,
+        line: Option<usize>,
+        text: impl Into<String>,
+    ) {
         self.note(line, text);
         self.mark_left_out(key);
     }
 
     /// Record `key` of the source as not carried over (a note about it is
     /// already there).
-    pub fn mark_left_out(&mut self, key: &str) {
+    pub(crate) fn mark_left_out(&mut self, key: &str) {
         if !self.left_out.iter().any(|k| k == key) {
             self.left_out.push(key.to_string());
         }
     }
 
     /// Record `key` of the source as carried over, unless it was left out.
-    pub fn record_mapped(&mut self, key: &str) {
+    pub(crate) fn record_mapped(&mut self, key: &str) {
         if !self.left_out.iter().any(|k| k == key) && !self.mapped.iter().any(|k| k == key) {
             self.mapped.push(key.to_string());
         }
@@ -175,14 +180,14 @@ impl DraftApp {
 /// One variable of an app's environment as the source sets it, with the
 /// line it is set on.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EnvVar {
-    pub name: String,
-    pub value: String,
-    pub line: Option<usize>,
+pub(crate) struct EnvVar {
+    pub(crate) name: String,
+    pub(crate) value: String,
+    pub(crate) line: Option<usize>,
 }
 
 /// Set `var` in `vars`, in the place of one of the same name if there is one.
-pub fn set_env(vars: &mut Vec<EnvVar>, var: EnvVar) {
+pub(crate) fn set_env(vars: &mut Vec<EnvVar>, var: EnvVar) {
     match vars.iter_mut().find(|v| v.name == var.name) {
         Some(existing) => *existing = var,
         None => vars.push(var),
@@ -194,7 +199,11 @@ pub fn set_env(vars: &mut Vec<EnvVar>, var: EnvVar) {
 /// supervise sets itself (`NOTIFY_SOCKET`; `HOME`, `USER`, `LOGNAME` when
 /// the app has a `user`), and a value with a placeholder supervise cannot
 /// read (`{instance-x}`). Each is left out with a warning naming it.
-pub fn checked_env(app: &mut DraftApp, vars: Vec<EnvVar>, has_user: bool) -> Map<String, Value> {
+pub(crate) fn checked_env(
+    app: &mut DraftApp,
+    vars: Vec<EnvVar>,
+    has_user: bool,
+) -> Map<String, Value> {
     use config::validate::{reserved_env_name, valid_env_name};
     let mut env = Map::new();
     for var in vars {
@@ -252,7 +261,7 @@ pub struct Places {
 impl Places {
     /// `path` of the source, as the output should write it, or `None` when it
     /// is the output's own folder (the default `cwd`).
-    pub fn cwd(&self, path: &str) -> Option<String> {
+    pub(crate) fn cwd(&self, path: &str) -> Option<String> {
         let absolute = normalize(&self.source_dir.join(path));
         self.relative(&absolute)
     }
@@ -266,7 +275,7 @@ impl Places {
     }
 
     /// A file path of the source as the output should write it.
-    pub fn file(&self, base: &Path, path: &str) -> String {
+    pub(crate) fn file(&self, base: &Path, path: &str) -> String {
         let absolute = normalize(&base.join(path));
         self.relative(&absolute).unwrap_or_else(|| ".".to_string())
     }
@@ -452,7 +461,7 @@ fn printable(c: char) -> bool {
 /// an escape (`\0`, `\t`, `\x1b`, `\u{2028}`): for the `# import:` lines,
 /// and for what `import` prints, where an ESC from the source would reach
 /// the terminal.
-pub fn escaped(text: &str) -> String {
+pub(crate) fn escaped(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -550,7 +559,7 @@ const MAX_WRITTEN_AS_MS: u64 = u64::MAX / 1_000_000;
 
 /// A duration in milliseconds as a humantime string (`1600ms`, `3s`, `1m`,
 /// and `N s M ms` past [`MAX_WRITTEN_AS_MS`]).
-pub fn millis(ms: u64) -> String {
+pub(crate) fn millis(ms: u64) -> String {
     if ms == 0 {
         return "0s".to_string();
     }

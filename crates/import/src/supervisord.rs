@@ -22,20 +22,20 @@ use model::spec::defaults::{MAX_INSTANCES, MAX_LOG_KEEP, READY_TIMEOUT};
 
 /// One `key = value` of a section.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IniEntry {
-    pub key: String,
-    pub value: String,
-    pub line: usize,
+pub(crate) struct IniEntry {
+    pub(crate) key: String,
+    pub(crate) value: String,
+    pub(crate) line: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IniSection {
-    pub name: String,
-    pub line: usize,
-    pub entries: Vec<IniEntry>,
+    pub(crate) name: String,
+    pub(crate) line: usize,
+    pub(crate) entries: Vec<IniEntry>,
     /// Where the same section header appears again (its keys merged in,
     /// later ones winning, as supervisord's parser does).
-    pub again_at: Vec<usize>,
+    pub(crate) again_at: Vec<usize>,
 }
 
 impl IniSection {
@@ -139,20 +139,20 @@ fn strip_inline_comment(text: &str) -> &str {
 }
 
 /// What `%(…)` names expand to, apart from `process_num`.
-pub struct Expansions<'a> {
-    pub program_name: &'a str,
-    pub group_name: &'a str,
-    pub numprocs: i64,
-    pub here: &'a str,
-    pub host_node_name: &'a str,
+pub(crate) struct Expansions<'a> {
+    pub(crate) program_name: &'a str,
+    pub(crate) group_name: &'a str,
+    pub(crate) numprocs: i64,
+    pub(crate) here: &'a str,
+    pub(crate) host_node_name: &'a str,
     /// The environment `supervise import` runs in (supervisord's `ENV_X`).
-    pub environment: &'a dyn Fn(&str) -> Option<String>,
+    pub(crate) environment: &'a dyn Fn(&str) -> Option<String>,
 }
 
 /// Expand `%(name)FORMAT` in `text` as Python's `%` does. `process_num`
 /// becomes `instance` (a `{instance…}` placeholder). Returns the text and
 /// what could not be carried over.
-pub fn expand(text: &str, expansions: &Expansions, instance: &str) -> (String, Vec<String>) {
+pub(crate) fn expand(text: &str, expansions: &Expansions, instance: &str) -> (String, Vec<String>) {
     let mut out = String::new();
     let mut problems = Vec::new();
     let mut rest = text;
@@ -256,7 +256,7 @@ const INSTANCE_MARK: &str = "SUPERVISEINSTANCEMARK";
 
 /// supervisord's `KEY=val,KEY2="v, w"` (Python's non-POSIX `shlex` with
 /// `/.+-():` as word characters; quotes stripped from the value).
-pub fn key_value_pairs(text: &str) -> Result<Vec<(String, String)>, String> {
+pub(crate) fn key_value_pairs(text: &str) -> Result<Vec<(String, String)>, String> {
     let is_word = |c: char| c.is_alphanumeric() || "_/.+-():".contains(c);
     let chars: Vec<char> = text.chars().collect();
     let mut tokens: Vec<String> = Vec::new();

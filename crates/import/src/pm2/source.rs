@@ -12,8 +12,8 @@ use config::node::{Node, NodeKind};
 /// line it is written on.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pm2App {
-    pub line: Option<usize>,
-    pub keys: Vec<(String, Option<usize>, Value)>,
+    pub(crate) line: Option<usize>,
+    pub(crate) keys: Vec<(String, Option<usize>, Value)>,
 }
 
 impl Pm2App {
@@ -78,10 +78,10 @@ pub(super) fn canonical(key: &str) -> String {
 /// A pm2 file read: its apps, and what it holds besides them.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Pm2File {
-    pub apps: Vec<Pm2App>,
+    pub(crate) apps: Vec<Pm2App>,
     /// File-level notes: entries of `apps` that are not apps, keys beside
     /// `apps` (`deploy`, …).
-    pub notes: Vec<Note>,
+    pub(crate) notes: Vec<Note>,
 }
 
 /// The apps of a pm2 file: `{apps: […]}`, a list, or one app; plus the
