@@ -31,15 +31,15 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// The most cgroups one walk of a tree visits.
-pub const MAX_SUBTREE: usize = 10_000;
+pub(crate) const MAX_SUBTREE: usize = 10_000;
 /// How many times [`signal`] looks again for processes forked meanwhile.
-pub const SIGNAL_PASSES: usize = 8;
+pub(crate) const SIGNAL_PASSES: usize = 8;
 /// How long to wait for a killed cgroup to empty before giving up on removing it.
-pub const EMPTY_WAIT: Duration = Duration::from_secs(2);
+pub(crate) const EMPTY_WAIT: Duration = Duration::from_secs(2);
 
 /// The path of our cgroup in the v2 hierarchy: the `0::` line of
 /// /proc/self/cgroup.
-pub fn own_cgroup(proc_self_cgroup: &str) -> Option<&str> {
+pub(crate) fn own_cgroup(proc_self_cgroup: &str) -> Option<&str> {
     proc_self_cgroup
         .lines()
         .find_map(|line| line.strip_prefix("0::"))
@@ -92,7 +92,7 @@ fn unescape(field: &str) -> String {
 }
 
 /// Our cgroup's directory, or why there is none we can use.
-pub fn detect() -> Result<PathBuf, String> {
+pub(crate) fn detect() -> Result<PathBuf, String> {
     let cgroup = std::fs::read_to_string("/proc/self/cgroup")
         .map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
     let ours = own_cgroup(&cgroup).ok_or("this system has no cgroup v2 hierarchy")?;
@@ -108,13 +108,13 @@ pub fn detect() -> Result<PathBuf, String> {
 
 /// Whether a cgroup has a live process (`populated 1` in `cgroup.events`).
 /// A cgroup that is gone is not populated.
-pub fn populated(cgroup: &Path) -> bool {
+pub(crate) fn populated(cgroup: &Path) -> bool {
     std::fs::read_to_string(cgroup.join("cgroup.events"))
         .is_ok_and(|events| events.lines().any(|l| l.trim() == "populated 1"))
 }
 
 /// SIGKILL every process of a cgroup and its descendants (`cgroup.kill`).
-pub fn kill(cgroup: &Path) -> io::Result<()> {
+pub(crate) fn kill(cgroup: &Path) -> io::Result<()> {
     std::fs::write(cgroup.join("cgroup.kill"), b"1")
 }
 
@@ -122,7 +122,7 @@ pub fn kill(cgroup: &Path) -> io::Result<()> {
 /// while a pass finds processes the last did not (forked meanwhile), at
 /// most [`SIGNAL_PASSES`] times — what systemd does. Returns the
 /// processes signalled.
-pub fn signal(cgroup: &Path, signal: i32) -> std::collections::HashSet<i32> {
+pub(crate) fn signal(cgroup: &Path, signal: i32) -> std::collections::HashSet<i32> {
     let mut signalled = std::collections::HashSet::new();
     let cgroups = subtree(cgroup);
     for _ in 0..SIGNAL_PASSES {
@@ -146,7 +146,7 @@ pub fn signal(cgroup: &Path, signal: i32) -> std::collections::HashSet<i32> {
 }
 
 /// The pids in a cgroup (not its descendants).
-pub fn pids(cgroup: &Path) -> Vec<i32> {
+pub(crate) fn pids(cgroup: &Path) -> Vec<i32> {
     std::fs::read_to_string(cgroup.join("cgroup.procs"))
         .map(|procs| {
             procs
@@ -158,13 +158,13 @@ pub fn pids(cgroup: &Path) -> Vec<i32> {
 }
 
 /// Move process `pid` into `cgroup`.
-pub fn enter(cgroup: &Path, pid: u32) -> io::Result<()> {
+pub(crate) fn enter(cgroup: &Path, pid: u32) -> io::Result<()> {
     std::fs::write(cgroup.join("cgroup.procs"), pid.to_string())
 }
 
 /// CPU time (µs) of a cgroup, its descendants included (`cpu.stat`, there
 /// without the cpu controller).
-pub fn cpu_usec(cgroup: &Path) -> u64 {
+pub(crate) fn cpu_usec(cgroup: &Path) -> u64 {
     std::fs::read_to_string(cgroup.join("cpu.stat"))
         .ok()
         .and_then(|stat| {
@@ -178,14 +178,14 @@ pub fn cpu_usec(cgroup: &Path) -> u64 {
 
 /// The memory (bytes) of a cgroup, its descendants included, where the
 /// memory controller is on ([`memory_enabled`]): `memory.current`.
-pub fn memory_current(cgroup: &Path) -> Option<u64> {
+pub(crate) fn memory_current(cgroup: &Path) -> Option<u64> {
     std::fs::read_to_string(cgroup.join("memory.current"))
         .ok()
         .and_then(|m| m.trim().parse().ok())
 }
 
 /// Whether the memory controller is on for the cgroups below `parent`.
-pub fn memory_enabled(parent: &Path) -> bool {
+pub(crate) fn memory_enabled(parent: &Path) -> bool {
     std::fs::read_to_string(parent.join("cgroup.subtree_control"))
         .is_ok_and(|c| c.split_whitespace().any(|c| c == "memory"))
 }
@@ -206,7 +206,7 @@ fn descendants(cgroup: &Path) -> usize {
 
 /// Kill what a cgroup tree holds, wait (at most [`EMPTY_WAIT`]) for it to
 /// empty, and remove it, deepest first. Returns how many processes it held.
-pub fn clear(root: &Path) -> usize {
+pub(crate) fn clear(root: &Path) -> usize {
     let count = count_processes(root);
     if count > 0 {
         let _ = kill(root);
@@ -220,12 +220,12 @@ pub fn clear(root: &Path) -> usize {
 }
 
 /// How many processes a cgroup and its descendants hold.
-pub fn count_processes(root: &Path) -> usize {
+pub(crate) fn count_processes(root: &Path) -> usize {
     processes(root).len()
 }
 
 /// The processes of a cgroup and of every cgroup below it.
-pub fn processes(root: &Path) -> Vec<i32> {
+pub(crate) fn processes(root: &Path) -> Vec<i32> {
     subtree(root).iter().flat_map(|c| pids(c)).collect()
 }
 
@@ -258,7 +258,7 @@ fn subtree(root: &Path) -> Vec<PathBuf> {
 
 /// Remove a cgroup tree that no longer holds processes, deepest first
 /// (what still holds one stays).
-pub fn remove_tree(root: &Path) {
+pub(crate) fn remove_tree(root: &Path) {
     for cgroup in subtree(root).iter().rev() {
         let _ = std::fs::remove_dir(cgroup);
     }

@@ -46,16 +46,16 @@ struct CheckProcess {
 }
 
 /// What starting an `exec` check's process needs from the effects.
-pub struct Launcher<'a> {
-    pub groups: &'a mut Groups,
-    pub undertaker: &'a mut Undertaker,
-    pub spawner: &'a mut Spawner,
-    pub base_env: &'a [(OsString, OsString)],
-    pub nofile_soft: libc::rlim_t,
+pub(crate) struct Launcher<'a> {
+    pub(crate) groups: &'a mut Groups,
+    pub(crate) undertaker: &'a mut Undertaker,
+    pub(crate) spawner: &'a mut Spawner,
+    pub(crate) base_env: &'a [(OsString, OsString)],
+    pub(crate) nofile_soft: libc::rlim_t,
 }
 
 /// The checks that run, and the answers of those that ended on the loop.
-pub struct Checks {
+pub(crate) struct Checks {
     /// By the leader of the worker checked.
     running: HashMap<i32, Running>,
     /// The processes of `exec` checks, by their pid.
@@ -68,7 +68,7 @@ pub struct Checks {
 }
 
 impl Checks {
-    pub fn new(report: mpsc::Sender<CheckAnswer>) -> Checks {
+    pub(crate) fn new(report: mpsc::Sender<CheckAnswer>) -> Checks {
         Checks {
             running: HashMap::new(),
             processes: HashMap::new(),
@@ -78,7 +78,7 @@ impl Checks {
     }
 
     /// Start a check.
-    pub fn start(&mut self, order: &CheckOrder, launcher: Launcher<'_>) {
+    pub(crate) fn start(&mut self, order: &CheckOrder, launcher: Launcher<'_>) {
         let running = match &order.target {
             CheckTarget::Probe(probe) => {
                 let (probe, timeout, report) = (probe.clone(), order.timeout, self.report.clone());
@@ -166,7 +166,7 @@ impl Checks {
 
     /// Stop the check of the worker led by `pid`, if one runs: a task is
     /// aborted, a process killed; neither answers.
-    pub fn cancel(&mut self, pid: i32) {
+    pub(crate) fn cancel(&mut self, pid: i32) {
         match self.running.remove(&pid) {
             Some(Running::Task(task)) => task.abort(),
             Some(Running::Process(process)) => {
@@ -182,7 +182,7 @@ impl Checks {
 
     /// Child `pid` was reaped: if it was a check's process, its answer
     /// (unless cancelled) and what it left go. Whether it was one.
-    pub fn reaped(
+    pub(crate) fn reaped(
         &mut self,
         pid: i32,
         exit: Exit,
@@ -217,7 +217,7 @@ impl Checks {
     /// An upgrade: every check that runs is stopped, unanswered (the core
     /// of the new image orders them again). A check's process is killed and
     /// what it leaves goes with it; the new image reaps it as a stranger.
-    pub fn abandon(&mut self, groups: &mut Groups, undertaker: &mut Undertaker) {
+    pub(crate) fn abandon(&mut self, groups: &mut Groups, undertaker: &mut Undertaker) {
         for (_, running) in self.running.drain() {
             if let Running::Task(task) = running {
                 task.abort();
@@ -232,7 +232,7 @@ impl Checks {
     }
 
     /// The answers of `exec` checks since the last call.
-    pub fn take_answers(&mut self) -> Vec<CheckAnswer> {
+    pub(crate) fn take_answers(&mut self) -> Vec<CheckAnswer> {
         std::mem::take(&mut self.answers)
     }
 }

@@ -11,7 +11,7 @@ use std::time::Instant;
 pub struct ClockError(String);
 
 /// CLOCK_MONOTONIC now, in nanoseconds.
-pub fn monotonic_nanos() -> Result<u64, ClockError> {
+pub(crate) fn monotonic_nanos() -> Result<u64, ClockError> {
     let mut now = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

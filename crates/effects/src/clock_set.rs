@@ -19,7 +19,7 @@ use std::time::Duration;
 use tokio::io::unix::AsyncFd;
 
 /// How far ahead the timer is armed: only its cancellation matters.
-pub const REARM_AHEAD: Duration = Duration::from_secs(365 * 24 * 3600);
+pub(crate) const REARM_AHEAD: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// The watch on the wall clock; inert (never wakes) when it could not be made.
 pub struct ClockSet {

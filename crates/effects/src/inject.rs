@@ -18,7 +18,8 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 /// The library, as build.rs compiled it.
-pub const LIBRARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libsupervise_inject.so"));
+pub(crate) const LIBRARY: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/libsupervise_inject.so"));
 
 /// The file's mode: read and map for its owner, nothing for others.
 const LIBRARY_MODE: u32 = 0o500;
@@ -33,7 +34,7 @@ fn hash_of(bytes: &[u8]) -> String {
 
 /// The library's path in `runtime_dir`, written there unless a file with
 /// the right content already is.
-pub fn install(runtime_dir: &Path) -> io::Result<PathBuf> {
+pub(crate) fn install(runtime_dir: &Path) -> io::Result<PathBuf> {
     let hash = hash_of(LIBRARY);
     let path = runtime_dir.join(format!("inject-{hash}.so"));
     // The dynamic loader splits LD_PRELOAD at spaces and colons.
@@ -71,7 +72,7 @@ pub fn install(runtime_dir: &Path) -> io::Result<PathBuf> {
 }
 
 /// `LD_PRELOAD` with the library after what `current` holds.
-pub fn preload(current: Option<&std::ffi::OsStr>, library: &Path) -> std::ffi::OsString {
+pub(crate) fn preload(current: Option<&std::ffi::OsStr>, library: &Path) -> std::ffi::OsString {
     let mut value = std::ffi::OsString::new();
     if let Some(current) = current.filter(|c| !c.is_empty()) {
         value.push(current);

@@ -9,17 +9,17 @@
 //! same trait, and drives the real supervisor loop through it.
 
 pub mod cgroup;
-pub mod checks;
+pub(crate) mod checks;
 pub mod clock;
 pub mod clock_set;
 
-pub mod groups;
-pub mod inject;
+pub(crate) mod groups;
+pub(crate) mod inject;
 pub mod logfile;
 pub mod logging;
 pub mod notify;
 pub mod output;
-pub mod probe;
+pub(crate) mod probe;
 pub mod procfs;
 pub mod runtime;
 pub mod signals;
@@ -28,7 +28,7 @@ pub mod spawn;
 pub mod system;
 pub mod systemd;
 pub mod tracking;
-pub mod transient;
+pub(crate) mod transient;
 pub mod undertaker;
 pub mod upgrade;
 pub mod usage;

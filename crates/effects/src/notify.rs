@@ -26,11 +26,11 @@ use super::procfs;
 use model::orders::WatchdogMessage;
 
 /// The largest datagram accepted; a longer one is dropped (systemd uses the same bound).
-pub const MAX_DATAGRAM: usize = 4096;
+pub(crate) const MAX_DATAGRAM: usize = 4096;
 /// The most fds one datagram may carry that we make room for (the kernel's SCM_MAX_FD).
 const MAX_PASSED_FDS: usize = 253;
 /// The longest `STATUS=` text kept.
-pub const MAX_STATUS_CHARS: usize = 200;
+pub(crate) const MAX_STATUS_CHARS: usize = 200;
 
 /// What one datagram said, and who (per the kernel) sent it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,18 +53,18 @@ pub struct Notification {
 
 /// The fields of a notify message we use.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Message {
-    pub ready: bool,
-    pub stopping: bool,
-    pub status: Option<String>,
-    pub watchdog: Option<WatchdogMessage>,
-    pub extend_timeout: Option<Duration>,
-    pub injected: bool,
+pub(crate) struct Message {
+    pub(crate) ready: bool,
+    pub(crate) stopping: bool,
+    pub(crate) status: Option<String>,
+    pub(crate) watchdog: Option<WatchdogMessage>,
+    pub(crate) extend_timeout: Option<Duration>,
+    pub(crate) injected: bool,
 }
 
 /// The fields of a notify message we use; unknown lines are ignored.
 /// `None` for a message that is not `KEY=VALUE` lines of UTF-8.
-pub fn parse_message(bytes: &[u8]) -> Option<Message> {
+pub(crate) fn parse_message(bytes: &[u8]) -> Option<Message> {
     let text = std::str::from_utf8(bytes).ok()?;
     let mut message = Message::default();
     for line in text.split('\n').filter(|l| !l.is_empty()) {

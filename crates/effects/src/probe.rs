@@ -14,23 +14,23 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-pub use model::spec::Probe;
+pub(crate) use model::spec::Probe;
 
 /// How often a probe tries.
-pub const PROBE_INTERVAL: Duration = Duration::from_millis(100);
+pub(crate) const PROBE_INTERVAL: Duration = Duration::from_millis(100);
 /// How long one attempt may take.
-pub const PROBE_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(1);
+pub(crate) const PROBE_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(1);
 /// How much of the answer is read to find the status code.
 const MAX_STATUS_LINE: usize = 1024;
 
 /// One attempt: does it answer as ready?
-pub async fn attempt(probe: &Probe) -> bool {
+pub(crate) async fn attempt(probe: &Probe) -> bool {
     check(probe, PROBE_ATTEMPT_TIMEOUT).await.is_ok()
 }
 
 /// One attempt within `timeout`: `Ok`, or why not (`connection refused`,
 /// `HTTP 500`, `no answer within 2s`).
-pub async fn check(probe: &Probe, timeout: Duration) -> Result<(), String> {
+pub(crate) async fn check(probe: &Probe, timeout: Duration) -> Result<(), String> {
     let work = async {
         match probe {
             Probe::Tcp(address) => TcpStream::connect(address)
@@ -55,7 +55,7 @@ pub async fn check(probe: &Probe, timeout: Duration) -> Result<(), String> {
 }
 
 /// Try every [`PROBE_INTERVAL`] until an attempt succeeds.
-pub async fn until_ready(probe: &Probe) {
+pub(crate) async fn until_ready(probe: &Probe) {
     let mut interval = tokio::time::interval(PROBE_INTERVAL);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -4,7 +4,7 @@ use model::usage::GroupUsage;
 
 /// Memory and CPU time per process group, from one pass over /proc (one
 /// read per process into one reused buffer).
-pub fn group_usage() -> std::collections::HashMap<i32, GroupUsage> {
+pub(crate) fn group_usage() -> std::collections::HashMap<i32, GroupUsage> {
     use std::io::Read;
     // SAFETY: sysconf has no preconditions.
     let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
@@ -64,12 +64,12 @@ pub fn rss_bytes(pid: i32) -> Option<u64> {
 /// opened: a `read` after an `execve` finds that memory gone and ends the
 /// file there (cut short, an entry can be missing). So a larger environment
 /// is read again from a new open, into a buffer twice the size…
-pub const ENVIRON_READ_BYTES: usize = 64 * 1024;
+pub(crate) const ENVIRON_READ_BYTES: usize = 64 * 1024;
 /// …up to this size (the kernel's own bound on arguments and environment
 /// together is a quarter of the stack limit: 2 MiB by default). A larger one
 /// is completed by further reads of the same open, which an `execve` in
 /// between can cut short: only a process with a larger stack limit has one.
-pub const ENVIRON_MAX_READ_BYTES: usize = 4 * 1024 * 1024;
+pub(crate) const ENVIRON_MAX_READ_BYTES: usize = 4 * 1024 * 1024;
 /// How many times an empty read is tried again when the process's memory
 /// layout does not settle it (an `execve` ended, or was writing the
 /// environment, between the two looks).
@@ -77,7 +77,7 @@ const ENVIRON_LOOKS: usize = 3;
 
 /// What a look at a process's environment found.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Environ {
+pub(crate) enum Environ {
     /// Read into the buffer (not empty).
     Read,
     /// Most likely within an `execve`: the new program's memory is in place
@@ -96,7 +96,7 @@ pub enum Environ {
 /// 0 only within an `execve`, whatever the state (it can sleep there: a page
 /// fault on FUSE); `env_start == env_end` is a program without an
 /// environment, or an `execve` writing it, which only a running one can be.
-pub fn environ(pid: i32, buffer: &mut Vec<u8>) -> Environ {
+pub(crate) fn environ(pid: i32, buffer: &mut Vec<u8>) -> Environ {
     for _ in 0..ENVIRON_LOOKS {
         let read = read_environ(&format!("/proc/{pid}/environ"), buffer);
         if read.is_ok() && !buffer.is_empty() {
@@ -170,7 +170,7 @@ fn read_environ(path: &str, buffer: &mut Vec<u8>) -> std::io::Result<()> {
 
 /// The value of the first entry of `environ` that starts with `prefix`
 /// (`NAME=` and maybe the start of the value), after the `=`.
-pub fn environ_entry<'a>(environ: &'a [u8], prefix: &str) -> Option<&'a [u8]> {
+pub(crate) fn environ_entry<'a>(environ: &'a [u8], prefix: &str) -> Option<&'a [u8]> {
     let name_len = prefix.find('=').map_or(0, |i| i + 1);
     environ
         .split(|b| *b == 0)
@@ -180,17 +180,17 @@ pub fn environ_entry<'a>(environ: &'a [u8], prefix: &str) -> Option<&'a [u8]> {
 
 /// What one pass over /proc found of a run's processes.
 #[derive(Debug, Default)]
-pub struct Carriers {
+pub(crate) struct Carriers {
     /// The carriers, by the entry's value.
-    pub found: std::collections::HashMap<String, Vec<i32>>,
+    pub(crate) found: std::collections::HashMap<String, Vec<i32>>,
     /// The processes whose environment read [`Environ::Changing`].
-    pub changing: Vec<i32>,
+    pub(crate) changing: Vec<i32>,
 }
 
 /// Every process but this one whose environment has an entry starting with
 /// `prefix` (`SUPERVISE_RUN=<token>.`), by the entry's value
 /// (`<token>.<n>`): the processes a run started, wherever they went.
-pub fn carriers(prefix: &str) -> Carriers {
+pub(crate) fn carriers(prefix: &str) -> Carriers {
     let mut carriers = Carriers::default();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return carriers;
@@ -217,7 +217,7 @@ pub fn carriers(prefix: &str) -> Carriers {
 }
 
 /// The children of `pid` (every thread's), from `/proc/PID/task/*/children`.
-pub fn children(pid: i32) -> Vec<i32> {
+pub(crate) fn children(pid: i32) -> Vec<i32> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return Vec::new();
     };
@@ -278,7 +278,7 @@ fn stat_layout(stat: &str) -> Option<Layout> {
 
 /// A live process (a zombie whose other threads run on counts): our child
 /// not reaped yet, or any process, for the walks of a process tree.
-pub fn alive(pid: i32) -> bool {
+pub(crate) fn alive(pid: i32) -> bool {
     match state(pid) {
         None => false,
         Some('Z') => std::fs::read_dir(format!("/proc/{pid}/task"))
@@ -289,13 +289,13 @@ pub fn alive(pid: i32) -> bool {
 }
 
 /// The process group of `pid`, if it still exists (zombies included).
-pub fn pgrp(pid: i32) -> Option<i32> {
+pub(crate) fn pgrp(pid: i32) -> Option<i32> {
     stat_pgrp(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
 /// The process group field of a `/proc/PID/stat` line. The command name (field
 /// 2) may contain spaces and parentheses, so parse after the *last* `)`.
-pub fn stat_pgrp(stat: &str) -> Option<i32> {
+pub(crate) fn stat_pgrp(stat: &str) -> Option<i32> {
     let rest = &stat[stat.rfind(')')? + 1..];
     // Fields after the name: state, ppid, pgrp, …
     rest.split_whitespace().nth(2)?.parse().ok()

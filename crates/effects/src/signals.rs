@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 static EARLY_HANGUP: AtomicBool = AtomicBool::new(false);
 
 /// The signals [`install`] handles.
-pub const HANDLED: [libc::c_int; 3] = [libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2];
+pub(crate) const HANDLED: [libc::c_int; 3] = [libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2];
 
 extern "C" fn early(signal: libc::c_int) {
     // Async-signal-safe: one atomic store.

@@ -22,10 +22,10 @@ use std::path::Path;
 use socket2::{Domain, SockAddr, Socket, Type};
 
 use model::spec::ListenAddress;
-pub use model::spec::SocketKey;
+pub(crate) use model::spec::SocketKey;
 
 /// The listen backlog. The kernel caps it at `net.core.somaxconn`.
-pub const LISTEN_BACKLOG: i32 = 1024;
+pub(crate) const LISTEN_BACKLOG: i32 = 1024;
 
 #[derive(Debug)]
 struct Bound {
@@ -108,7 +108,7 @@ impl SocketRegistry {
 
     /// Close every socket whose key is not in `wanted` (a Unix socket's
     /// file is removed too).
-    pub fn retain(&mut self, wanted: &HashSet<SocketKey>) -> Vec<SocketKey> {
+    pub(crate) fn retain(&mut self, wanted: &HashSet<SocketKey>) -> Vec<SocketKey> {
         let unwanted: Vec<SocketKey> = self
             .sockets
             .keys()
@@ -124,27 +124,24 @@ impl SocketRegistry {
         unwanted
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.sockets.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.sockets.is_empty()
     }
 }
 
 /// One bound socket as an upgrade hands it over: its fd is kept open
 /// across the exec.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct SocketState {
-    pub key: SocketKey,
-    pub fd: RawFd,
-    pub local: ListenAddress,
+pub(crate) struct SocketState {
+    pub(crate) key: SocketKey,
+    pub(crate) fd: RawFd,
+    pub(crate) local: ListenAddress,
 }
 
 impl SocketRegistry {
     /// Every socket, for an upgrade (the registry keeps owning them).
-    pub fn export(&self) -> Vec<SocketState> {
+    pub(crate) fn export(&self) -> Vec<SocketState> {
         self.sockets
             .iter()
             .map(|(key, bound)| SocketState {
@@ -156,7 +153,7 @@ impl SocketRegistry {
     }
 
     /// The registry the previous image handed over.
-    pub fn restore(states: Vec<SocketState>) -> std::io::Result<SocketRegistry> {
+    pub(crate) fn restore(states: Vec<SocketState>) -> std::io::Result<SocketRegistry> {
         let mut registry = SocketRegistry::default();
         for state in states {
             let fd =
@@ -273,7 +270,7 @@ mod tests {
         let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
         assert_eq!(flags & libc::FD_CLOEXEC, libc::FD_CLOEXEC);
         registry.retain(&HashSet::new());
-        assert!(registry.is_empty());
+        assert_eq!(registry.len(), 0);
     }
 
     #[test]

@@ -29,7 +29,7 @@ impl SystemdNotifier {
     }
 
     /// Send one state message; failures are reported to the caller to log.
-    pub fn notify(&self, state: &str) -> std::io::Result<()> {
+    pub(crate) fn notify(&self, state: &str) -> std::io::Result<()> {
         self.socket
             .send_to_addr(state.as_bytes(), &self.address)
             .map(|_| ())

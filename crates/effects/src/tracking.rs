@@ -38,7 +38,7 @@ const TOKEN_RECORD_BYTES: usize = 64;
 /// How long a process whose environment cannot be read yet (see
 /// [`procfs::Environ::Changing`]) is looked at again before it is taken for
 /// one without a token.
-pub const CHANGING_WAIT: Duration = Duration::from_secs(2);
+pub(crate) const CHANGING_WAIT: Duration = Duration::from_secs(2);
 /// Rounds of killing a run's token carriers: those forked while the last
 /// round killed, and those not read yet, are found at a later one. At most
 /// this many…
@@ -50,22 +50,22 @@ const CARRIER_ROUND_PAUSE: Duration = Duration::from_millis(50);
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct CgroupRun {
     /// The cgroup the supervisor was started in.
-    pub base: PathBuf,
+    pub(crate) base: PathBuf,
     /// `base/supervise.<key>.<pid>`: this run's tree (`supervisor/`, where
     /// the supervisor itself is, and `instances/`).
-    pub root: PathBuf,
+    pub(crate) root: PathBuf,
     /// `root/instances`: one cgroup per process started, below.
-    pub instances: PathBuf,
+    pub(crate) instances: PathBuf,
     /// Processes of a previous run of the same file that were found and killed.
-    pub leftovers: usize,
+    pub(crate) leftovers: usize,
 }
 
 /// Another supervisor runs the same file: its pid, and its cgroup tree.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("already supervised by pid {pid} (its cgroup tree is {}; another runtime directory?)", tree.display())]
 pub struct AlreadyRunning {
-    pub pid: i32,
-    pub tree: PathBuf,
+    pub(crate) pid: i32,
+    pub(crate) tree: PathBuf,
 }
 
 /// The mode, with what it needs.
@@ -338,7 +338,7 @@ pub fn random_token() -> String {
 
 /// Our children that we did not start ourselves — adopted descendants of
 /// workers, as a subreaper — read from /proc/self/task/*/children.
-pub fn adopted(known: &HashSet<i32>) -> Vec<i32> {
+pub(crate) fn adopted(known: &HashSet<i32>) -> Vec<i32> {
     let mut pids = Vec::new();
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
         return pids;
@@ -359,7 +359,7 @@ pub fn adopted(known: &HashSet<i32>) -> Vec<i32> {
 
 /// What a process's environment says of the `SUPERVISE_RUN` it carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RunToken {
+pub(crate) enum RunToken {
     Token(String),
     /// No token: its environment has none, or it has none to read.
     Nothing,
@@ -370,7 +370,7 @@ pub enum RunToken {
 
 /// The `SUPERVISE_RUN` process `pid` carries (`buffer` is scratch space,
 /// reused across calls).
-pub fn run_token(pid: i32, buffer: &mut Vec<u8>) -> RunToken {
+pub(crate) fn run_token(pid: i32, buffer: &mut Vec<u8>) -> RunToken {
     match procfs::environ(pid, buffer) {
         procfs::Environ::Absent => RunToken::Nothing,
         procfs::Environ::Changing => RunToken::Changing,

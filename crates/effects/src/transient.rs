@@ -19,8 +19,8 @@ use super::{cgroup, spawn};
 /// undertaker if the supervisor dies first (the cgroup is below
 /// `instances/`; the token is the run's).
 #[derive(Debug)]
-pub struct Transient {
-    pub pid: i32,
+pub(crate) struct Transient {
+    pub(crate) pid: i32,
     /// Its exec-status pipe: why it could not run, if it could not.
     status: OwnedFd,
     placement: Placement,
@@ -31,7 +31,7 @@ impl Transient {
     /// process group is recorded with the undertaker (which, without
     /// cgroups, kills the recorded groups if supervise dies: what it left
     /// with its environment cleared is still in its group).
-    pub fn new(
+    pub(crate) fn new(
         pid: i32,
         status: OwnedFd,
         placement: Placement,
@@ -51,7 +51,7 @@ impl Transient {
     /// on): its process group and its cgroup. Called before its reap, so
     /// its pid is still its group's; what carries its token goes at
     /// [`Transient::ended`].
-    pub fn kill(&self) {
+    pub(crate) fn kill(&self) {
         killpg(self.pid, libc::SIGKILL);
         if let Some((cgroup, _)) = &self.placement.cgroup {
             let _ = cgroup::kill(cgroup);
@@ -61,7 +61,11 @@ impl Transient {
     /// It was reaped (or is given up on for good: an upgrade's exec comes):
     /// whether it ran; what it left — in its process group, in its cgroup,
     /// carrying its token — is killed, and its cgroup removed once empty.
-    pub fn ended(self, groups: &mut Groups, undertaker: &mut Undertaker) -> spawn::ExecStatus {
+    pub(crate) fn ended(
+        self,
+        groups: &mut Groups,
+        undertaker: &mut Undertaker,
+    ) -> spawn::ExecStatus {
         let status = spawn::read_status(&self.status);
         // A reaped leader's pid stays its group's while a member is left.
         killpg(self.pid, libc::SIGKILL);

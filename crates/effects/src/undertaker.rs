@@ -40,7 +40,7 @@ pub const UNDERTAKER_ARG: &str = "__undertaker";
 /// The pipe's capacity (the default, 1 MiB, that an unprivileged process may
 /// ask for): ~100,000 `+PGID` lines, so a new undertaker can be told every
 /// group at once.
-pub const PIPE_CAPACITY: i32 = 1 << 20;
+pub(crate) const PIPE_CAPACITY: i32 = 1 << 20;
 /// The last line of a clean shutdown: nothing to clean up.
 const DISMISSED: &str = "!\n";
 /// `?MILLIS`: an upgrade's exec comes; unless [`TOOK_OVER`] follows within
@@ -96,11 +96,11 @@ impl Orders {
 /// The undertaker as an upgrade hands it over.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct UndertakerState {
-    pub pid: i32,
+    pub(crate) pid: i32,
     /// The write end of its pipe, kept open across the exec.
-    pub pipe: std::os::fd::RawFd,
-    pub orders: Orders,
-    pub groups: BTreeSet<i32>,
+    pub(crate) pipe: std::os::fd::RawFd,
+    pub(crate) orders: Orders,
+    pub(crate) groups: BTreeSet<i32>,
 }
 
 /// The supervisor's side of the pipe.
@@ -142,7 +142,7 @@ impl Undertaker {
     }
 
     /// Start a new undertaker (this one died) and tell it every group.
-    pub fn restart(&mut self) -> io::Result<()> {
+    pub(crate) fn restart(&mut self) -> io::Result<()> {
         let mut next = Undertaker::start(self.orders.clone())?;
         let lines: String = self
             .groups
@@ -178,12 +178,12 @@ impl Undertaker {
         }
     }
 
-    pub fn pid(&self) -> i32 {
+    pub(crate) fn pid(&self) -> i32 {
         self.pid
     }
 
     /// Record a worker's process group (without cgroups).
-    pub fn watch(&mut self, pgid: i32) -> io::Result<()> {
+    pub(crate) fn watch(&mut self, pgid: i32) -> io::Result<()> {
         if !self.records_groups {
             return Ok(());
         }
@@ -192,7 +192,7 @@ impl Undertaker {
     }
 
     /// Forget a worker's process group (it is empty).
-    pub fn forget(&mut self, pgid: i32) -> io::Result<()> {
+    pub(crate) fn forget(&mut self, pgid: i32) -> io::Result<()> {
         if !self.groups.remove(&pgid) {
             return Ok(());
         }
@@ -201,7 +201,7 @@ impl Undertaker {
 
     /// For an upgrade: the pipe stays open across the exec, so the
     /// undertaker (which keeps its own list) never sees it end.
-    pub fn export(&self) -> UndertakerState {
+    pub(crate) fn export(&self) -> UndertakerState {
         UndertakerState {
             pid: self.pid,
             pipe: self.pipe.as_raw_fd(),
@@ -224,13 +224,13 @@ impl Undertaker {
 
     /// An upgrade's exec comes: the new image must say [`Undertaker::took_over`]
     /// within `within`. (An undertaker of an older version ignores both.)
-    pub fn expect_takeover(&mut self, within: Duration) -> io::Result<()> {
+    pub(crate) fn expect_takeover(&mut self, within: Duration) -> io::Result<()> {
         self.send(&format!("{EXPECT_TAKEOVER}{}\n", within.as_millis()))
     }
 
     /// The new image of an upgrade runs (or the exec failed and the old one
     /// goes on).
-    pub fn took_over(&mut self) -> io::Result<()> {
+    pub(crate) fn took_over(&mut self) -> io::Result<()> {
         self.send(TOOK_OVER)
     }
 
@@ -238,7 +238,7 @@ impl Undertaker {
     /// (the supervisor tears down itself), close the pipe, and return its
     /// pid so the caller can reap it. Without the word it would clean up
     /// as after a crash — and wait for the supervisor to leave its cgroup.
-    pub fn dismiss(mut self) -> i32 {
+    pub(crate) fn dismiss(mut self) -> i32 {
         let _ = self.send(DISMISSED);
         self.pid
     }

@@ -62,7 +62,7 @@ pub fn all(cgroups: &[(i32, PathBuf)]) -> HashMap<i32, GroupUsage> {
 /// The memory (bytes) of each instance of `instances`: its leader's pid,
 /// and its cgroup if it has one. /proc is read whole only when an instance
 /// has no cgroup.
-pub fn memory(instances: &[(i32, Option<PathBuf>)]) -> Vec<(i32, u64)> {
+pub(crate) fn memory(instances: &[(i32, Option<PathBuf>)]) -> Vec<(i32, u64)> {
     let controller = memory_controller(instances.iter().filter_map(|(_, c)| c.as_deref()));
     let mut groups: Option<HashMap<i32, GroupUsage>> = None;
     instances

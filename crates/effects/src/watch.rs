@@ -35,11 +35,11 @@ use tracing::{debug, warn};
 use super::runtime::{self, FileIdentity};
 
 /// Quiet time that ends a burst of events.
-pub const DEBOUNCE_QUIET: Duration = Duration::from_millis(30);
+pub(crate) const DEBOUNCE_QUIET: Duration = Duration::from_millis(30);
 /// A burst never delays the read by more than this.
 pub const DEBOUNCE_MAX: Duration = Duration::from_millis(100);
 /// The stat poll for filesystems without inotify.
-pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
+pub(crate) const POLL_INTERVAL: Duration = Duration::from_secs(2);
 /// Symlink hops followed before giving up (as the kernel's ELOOP).
 const MAX_HOPS: usize = 40;
 /// Wake-ups waiting for the loader; one pending is enough (they coalesce).
@@ -292,7 +292,7 @@ impl FileWatcher {
 /// The directories to watch for `path`: the one holding each symlink met on
 /// the way to the file (a swap of that link is a rename there), and the
 /// file's own, resolved, directory.
-pub fn watch_dirs(path: &Path) -> BTreeSet<PathBuf> {
+pub(crate) fn watch_dirs(path: &Path) -> BTreeSet<PathBuf> {
     let mut dirs = BTreeSet::new();
     let mut hops = 0;
     let resolved = resolve(path, &mut dirs, &mut hops);

@@ -56,7 +56,7 @@ impl Groups {
 
     /// The loop was woken: the children not read yet at the last look are
     /// read again, and those that carry a discarded token killed.
-    pub fn recheck(&mut self) {
+    pub(crate) fn recheck(&mut self) {
         if !std::mem::take(&mut self.recheck) {
             return;
         }
@@ -86,7 +86,7 @@ impl Groups {
     }
 
     /// A process was reaped: what we adopted may have changed.
-    pub fn reaped(&mut self) {
+    pub(crate) fn reaped(&mut self) {
         self.adopted_read = None;
     }
 

@@ -43,29 +43,29 @@ use adopted::tree;
 
 /// How long one look at our adopted children and their tokens answers
 /// questions.
-pub const ADOPTED_SCAN_TTL: Duration = Duration::from_millis(20);
+pub(crate) const ADOPTED_SCAN_TTL: Duration = Duration::from_millis(20);
 /// The most processes one walk of an instance's tree visits (a bound on
 /// the work of one question, whatever a worker forks).
-pub const MAX_TREE: usize = 100_000;
+pub(crate) const MAX_TREE: usize = 100_000;
 /// Without cgroups, how many times killing an instance's leftovers looks
 /// again for processes forked before their parent got its SIGKILL.
-pub const LEFTOVER_ROUNDS: usize = 32;
+pub(crate) const LEFTOVER_ROUNDS: usize = 32;
 /// How many tokens of discarded processes (ended `exec` checks, probes) are
 /// looked for again at each discard: a check's child that escaped the looks
 /// of its own (it could not be read for longer than [`CHANGING_WAIT`], on a
 /// machine under load) is found at one of the next, a check period later.
-pub const DISCARDED_TOKENS: usize = 256;
+pub(crate) const DISCARDED_TOKENS: usize = 256;
 /// How soon a discard that met an adopted child not read yet looks at it
 /// again (for at most [`CHANGING_WAIT`]).
-pub const CHANGING_RECHECK: Duration = Duration::from_millis(10);
+pub(crate) const CHANGING_RECHECK: Duration = Duration::from_millis(10);
 
 /// Where a process about to be started goes.
 #[derive(Debug)]
-pub struct Placement {
+pub(crate) struct Placement {
     /// Its cgroup, and the directory's fd (for `CLONE_INTO_CGROUP`).
-    pub cgroup: Option<(PathBuf, OwnedFd)>,
+    pub(crate) cgroup: Option<(PathBuf, OwnedFd)>,
     /// Its `SUPERVISE_RUN`.
-    pub token: Option<String>,
+    pub(crate) token: Option<String>,
 }
 
 /// An instance's processes.
@@ -80,19 +80,19 @@ struct Group {
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct GroupsState {
     pub tracking: Tracking,
-    pub groups: Vec<GroupState>,
-    pub spawns: u64,
-    pub dying: Vec<PathBuf>,
-    pub killed: Vec<i32>,
-    pub discarded: Vec<String>,
+    pub(crate) groups: Vec<GroupState>,
+    pub(crate) spawns: u64,
+    pub(crate) dying: Vec<PathBuf>,
+    pub(crate) killed: Vec<i32>,
+    pub(crate) discarded: Vec<String>,
 }
 
 /// One instance's processes: its leader, its cgroup or its token.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct GroupState {
-    pub pgid: i32,
-    pub cgroup: Option<PathBuf>,
-    pub token: Option<String>,
+pub(crate) struct GroupState {
+    pub(crate) pgid: i32,
+    pub(crate) cgroup: Option<PathBuf>,
+    pub(crate) token: Option<String>,
 }
 
 /// The inotify instance that watches `cgroup.events` files.
@@ -109,7 +109,7 @@ impl AsRawFd for Shared {
     }
 }
 
-pub struct Groups {
+pub(crate) struct Groups {
     tracking: Tracking,
     groups: HashMap<i32, Group>,
     /// Counts the processes started (names cgroups, numbers tokens).
@@ -147,7 +147,7 @@ pub struct Groups {
 impl Groups {
     /// Track in `tracking`'s mode; with cgroups, changes are reported on
     /// `changed` (one pending is enough: they coalesce).
-    pub fn new(tracking: Tracking, changed: mpsc::Sender<()>) -> Groups {
+    pub(crate) fn new(tracking: Tracking, changed: mpsc::Sender<()>) -> Groups {
         let watcher = match &tracking {
             Tracking::Cgroups(_) => match start_watcher(changed.clone()) {
                 Ok(watcher) => Some(watcher),
@@ -178,7 +178,7 @@ impl Groups {
     }
 
     /// For an upgrade: what is tracked (the inotify watches are made again).
-    pub fn export(&self) -> GroupsState {
+    pub(crate) fn export(&self) -> GroupsState {
         GroupsState {
             tracking: self.tracking.clone(),
             groups: self
@@ -198,7 +198,7 @@ impl Groups {
     }
 
     /// What the previous image tracked, watched again.
-    pub fn restore(state: GroupsState, changed: mpsc::Sender<()>) -> Groups {
+    pub(crate) fn restore(state: GroupsState, changed: mpsc::Sender<()>) -> Groups {
         let mut groups = Groups::new(state.tracking, changed);
         groups.spawns = state.spawns;
         groups.killed = state.killed.into_iter().collect();
@@ -243,23 +243,23 @@ impl Groups {
         }
     }
 
-    pub fn tracking(&self) -> &Tracking {
+    pub(crate) fn tracking(&self) -> &Tracking {
         &self.tracking
     }
 
     /// Whether the loop must poll for emptied groups (nothing tells it).
-    pub fn needs_polling(&self) -> bool {
+    pub(crate) fn needs_polling(&self) -> bool {
         self.watcher.is_none()
     }
 
     /// Where the next process of `app.slot` goes.
-    pub fn place(&mut self, app: &str, slot: u32) -> std::io::Result<Placement> {
+    pub(crate) fn place(&mut self, app: &str, slot: u32) -> std::io::Result<Placement> {
         self.place_as(&format!("{app}.{slot}"))
     }
 
     /// Where the next process named `name` goes (its cgroup: `name-N`,
     /// below `instances/`, where the undertaker finds it).
-    pub fn place_as(&mut self, name: &str) -> std::io::Result<Placement> {
+    pub(crate) fn place_as(&mut self, name: &str) -> std::io::Result<Placement> {
         self.spawns += 1;
         match &self.tracking {
             Tracking::Cgroups(run) => {
@@ -285,7 +285,7 @@ impl Groups {
     }
 
     /// The process placed by `placement` started: its leader is `pgid`.
-    pub fn started(&mut self, pgid: i32, placement: Placement) {
+    pub(crate) fn started(&mut self, pgid: i32, placement: Placement) {
         let cgroup = placement.cgroup.map(|(path, _)| path);
         let watch = cgroup.as_deref().and_then(|path| self.add_watch(path));
         self.groups.insert(
@@ -302,7 +302,7 @@ impl Groups {
     /// spawner killed mid-request may have started it all the same), or it
     /// was an `exec` health check that ended. Kill whatever is in its cgroup
     /// or carries its token, and remove the cgroup once empty.
-    pub fn discard(&mut self, placement: Placement) {
+    pub(crate) fn discard(&mut self, placement: Placement) {
         if let Some((path, _)) = placement.cgroup {
             if cgroup::populated(&path) {
                 let _ = cgroup::kill(&path);
@@ -321,7 +321,7 @@ impl Groups {
     /// group is — a process of another instance that joined this group is
     /// not hit, and one of this instance that joined another is. Without,
     /// to its process group and the carriers of its token outside it.
-    pub fn signal(&mut self, pgid: i32, signal: Signal) {
+    pub(crate) fn signal(&mut self, pgid: i32, signal: Signal) {
         if let Some(cgroup) = self.groups.get(&pgid).and_then(|g| g.cgroup.as_ref()) {
             let killed = signal == Signal::SIGKILL && cgroup::kill(cgroup).is_ok();
             let signalled = if killed {
@@ -355,7 +355,7 @@ impl Groups {
     }
 
     /// Which of `pgids` have no process left.
-    pub fn empty(&mut self, pgids: &[i32]) -> Vec<i32> {
+    pub(crate) fn empty(&mut self, pgids: &[i32]) -> Vec<i32> {
         // One fresh look at what we adopted for this whole question.
         self.adopted_read = None;
         pgids
@@ -391,7 +391,7 @@ impl Groups {
 
     /// The leader of `pgid` is gone: SIGKILL the rest of the instance; how
     /// many processes there were.
-    pub fn kill_leftovers(&mut self, pgid: i32) -> usize {
+    pub(crate) fn kill_leftovers(&mut self, pgid: i32) -> usize {
         if let Some(cgroup) = self.groups.get(&pgid).and_then(|g| g.cgroup.as_ref()) {
             let left = cgroup::count_processes(cgroup);
             if left > 0 {
@@ -418,7 +418,7 @@ impl Groups {
     /// The instance is gone for good: remove its cgroup (once empty). Its
     /// token is discarded: a child that could not be read when the instance
     /// was judged empty, and carries it, is killed once it reads.
-    pub fn forget(&mut self, pgid: i32) {
+    pub(crate) fn forget(&mut self, pgid: i32) {
         self.killed.remove(&pgid);
         self.held.remove(&pgid);
         let Some(group) = self.groups.remove(&pgid) else {
@@ -438,7 +438,7 @@ impl Groups {
     }
 
     /// Remove the cgroups of forgotten instances that have emptied.
-    pub fn settle(&mut self) {
+    pub(crate) fn settle(&mut self) {
         let watcher = &self.watcher;
         self.dying.retain(|(cgroup, watch)| {
             if cgroup::populated(cgroup) {
@@ -454,12 +454,12 @@ impl Groups {
     }
 
     /// How many killed adopted processes are left to reap.
-    pub fn to_reap(&self) -> usize {
+    pub(crate) fn to_reap(&self) -> usize {
         self.reap_wait
     }
 
     /// The instance cgroups, for `status` (CPU time from `cpu.stat`).
-    pub fn cgroups(&self) -> Vec<(i32, PathBuf)> {
+    pub(crate) fn cgroups(&self) -> Vec<(i32, PathBuf)> {
         self.groups
             .iter()
             .filter_map(|(pgid, g)| g.cgroup.clone().map(|c| (*pgid, c)))
@@ -470,7 +470,7 @@ impl Groups {
     /// still there (and, without cgroups, every carrier of our token).
     /// `known` are the children we started. How many were alive; how many to
     /// reap is in [`Groups::to_reap`].
-    pub fn kill_adopted(&mut self, known: &HashSet<i32>) -> usize {
+    pub(crate) fn kill_adopted(&mut self, known: &HashSet<i32>) -> usize {
         // Their trees, too: every descendant of a worker that is still
         // around is below one of them.
         let victims: HashSet<i32> = tree(&super::tracking::adopted(known)).into_iter().collect();
@@ -517,7 +517,7 @@ fn start_watcher(changed: mpsc::Sender<()>) -> std::io::Result<Watcher> {
 }
 
 /// Send `signal` to process group `pgid` (ESRCH — already empty — is fine).
-pub fn killpg(pgid: i32, signal: i32) {
+pub(crate) fn killpg(pgid: i32, signal: i32) {
     if pgid > 1 {
         // SAFETY: signalling a process group we created; pgid > 1 so never "all".
         unsafe {
@@ -528,7 +528,7 @@ pub fn killpg(pgid: i32, signal: i32) {
 
 /// Does process group `pgid` still have a member (`kill(-pgid, 0)` ≠ ESRCH)?
 /// EPERM means it exists but belongs to another user.
-pub fn group_alive(pgid: i32) -> bool {
+pub(crate) fn group_alive(pgid: i32) -> bool {
     // SAFETY: signal 0 only checks for existence.
     pgid > 1
         && (unsafe { libc::kill(-pgid, 0) } == 0

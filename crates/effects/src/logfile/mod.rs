@@ -43,23 +43,23 @@ use super::output::Stream;
 use model::spec::{Desired, LogSpec};
 
 /// Lines one file's queue holds before lines are dropped.
-pub const FILE_QUEUE_LINES: usize = 64 * 1024;
+pub(crate) const FILE_QUEUE_LINES: usize = 64 * 1024;
 /// Bytes one file's queue holds before lines are dropped.
-pub const FILE_QUEUE_BYTES: usize = 8 * 1024 * 1024;
+pub(crate) const FILE_QUEUE_BYTES: usize = 8 * 1024 * 1024;
 /// Bytes all the queues hold together (1,000 per-instance files must not
 /// take 1,000 times one queue).
-pub const TOTAL_QUEUE_BYTES: usize = 64 * 1024 * 1024;
+pub(crate) const TOTAL_QUEUE_BYTES: usize = 64 * 1024 * 1024;
 /// How often, at most, a file's dropped lines are reported.
 pub const DROP_REPORT_INTERVAL: Duration = Duration::from_secs(1);
 /// How long after an error a file is tried again.
-pub const RETRY_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const RETRY_INTERVAL: Duration = Duration::from_secs(1);
 /// A file that failed is said to work again once it has taken every write
 /// for this long: a disk that is full takes a short write now and then, and
 /// that is not a recovery to report (nor a new error after it).
-pub const RECOVERED_AFTER: Duration = Duration::from_secs(3);
+pub(crate) const RECOVERED_AFTER: Duration = Duration::from_secs(3);
 /// A file nothing was written to for this long is closed (reopened by the
 /// next line): files of apps that left the ecosystem file do not stay open.
-pub const IDLE_CLOSE: Duration = Duration::from_secs(60);
+pub(crate) const IDLE_CLOSE: Duration = Duration::from_secs(60);
 
 /// One line a worker printed, as the pump read it.
 struct Record {
@@ -139,7 +139,7 @@ impl LogFiles {
 
     /// After [`LogFiles::finish`] (for an upgrade whose exec then failed):
     /// write again, with a new writer thread.
-    pub fn restart(self: &Arc<Self>) {
+    pub(crate) fn restart(self: &Arc<Self>) {
         {
             let mut shared = self.lock();
             shared.stop = false;
@@ -176,7 +176,7 @@ impl LogFiles {
     }
 
     /// Route each app's output by a new version of the file.
-    pub fn route(&self, desired: &Desired) {
+    pub(crate) fn route(&self, desired: &Desired) {
         let mut shared = self.lock();
         for app in &desired.apps {
             match &app.log {
@@ -201,7 +201,7 @@ impl LogFiles {
 
     /// An app's last worker is gone (`slot: None`): its output has nowhere
     /// to go any more.
-    pub fn forget(&self, app: &str, slot: Option<u32>) {
+    pub(crate) fn forget(&self, app: &str, slot: Option<u32>) {
         let mut shared = self.lock();
         match slot {
             None => {
@@ -217,7 +217,14 @@ impl LogFiles {
 
     /// Queue a line for the app's file, if it has one. Never blocks on I/O:
     /// a full queue drops the line and counts it.
-    pub fn write(&self, app: &Arc<str>, slot: u32, stream: Stream, line: &[u8], at: SystemTime) {
+    pub(crate) fn write(
+        &self,
+        app: &Arc<str>,
+        slot: u32,
+        stream: Stream,
+        line: &[u8],
+        at: SystemTime,
+    ) {
         let mut shared = self.lock();
         let Some(spec) = shared.routes.get(app).cloned() else {
             return;

@@ -20,15 +20,15 @@ use super::logfile::LogFiles;
 pub use rings::LogHub;
 
 /// Lines waiting for the terminal; beyond this they are dropped (and counted).
-pub const LOG_QUEUE_LINES: usize = 8192;
+pub(crate) const LOG_QUEUE_LINES: usize = 8192;
 /// Bytes waiting for the terminal, whatever the line count; beyond, dropped.
-pub const LOG_QUEUE_BYTES: usize = 5 * 1024 * 1024;
+pub(crate) const LOG_QUEUE_BYTES: usize = 5 * 1024 * 1024;
 /// What workers' output may fill of the queue: the rest is kept for the
 /// supervisor's own events, so a flooding worker cannot hide them.
-pub const OUTPUT_SHARE_LINES: usize = LOG_QUEUE_LINES - 1024;
-pub const OUTPUT_SHARE_BYTES: usize = 4 * 1024 * 1024;
+pub(crate) const OUTPUT_SHARE_LINES: usize = LOG_QUEUE_LINES - 1024;
+pub(crate) const OUTPUT_SHARE_BYTES: usize = 4 * 1024 * 1024;
 /// A longer line is cut here and marked.
-pub const MAX_LINE_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_LINE_BYTES: usize = 64 * 1024;
 /// How much one read from a worker's pipe takes.
 const READ_CHUNK_BYTES: usize = 8 * 1024;
 /// The line buffer kept between lines (it grows up to MAX_LINE_BYTES for a long one).
@@ -52,7 +52,8 @@ pub struct LogSink {
 
 impl LogSink {
     /// Start the writer thread writing to `out`, in human form.
-    pub fn start(out: impl Write + Send + 'static) -> LogSink {
+    #[cfg(test)]
+    pub(crate) fn start(out: impl Write + Send + 'static) -> LogSink {
         LogSink::start_as(
             out,
             LogFormat::Human {
@@ -93,7 +94,7 @@ impl LogSink {
     }
 
     /// Queue a line a worker printed: only within the workers' share.
-    pub fn send_output(&self, line: Vec<u8>) {
+    pub(crate) fn send_output(&self, line: Vec<u8>) {
         self.enqueue(line, OUTPUT_SHARE_LINES, OUTPUT_SHARE_BYTES);
     }
 
@@ -112,7 +113,8 @@ impl LogSink {
     }
 
     /// Lines lost so far (queue full, or the terminal gone).
-    pub fn dropped(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }
 
@@ -140,7 +142,7 @@ const DROP_REPORT_INTERVAL: Duration = Duration::from_secs(1);
 /// At exit, how long the output still in the stopped workers' pipes is
 /// waited for. Every instance's processes are gone by then, so each pipe
 /// ends at once — unless something outside the instances holds one open.
-pub const OUTPUT_DRAIN_WAIT: Duration = Duration::from_secs(1);
+pub(crate) const OUTPUT_DRAIN_WAIT: Duration = Duration::from_secs(1);
 
 fn write_lines(
     lines: Receiver<Message>,
@@ -216,13 +218,13 @@ pub enum LogFormat {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum Stream {
+pub(crate) enum Stream {
     Stdout,
     Stderr,
 }
 
 impl Stream {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Stream::Stdout => "stdout",
             Stream::Stderr => "stderr",
@@ -232,9 +234,9 @@ impl Stream {
 
 /// Who printed a line: `web.2`.
 #[derive(Debug, Clone)]
-pub struct Source {
-    pub app: Arc<str>,
-    pub slot: u32,
+pub(crate) struct Source {
+    pub(crate) app: Arc<str>,
+    pub(crate) slot: u32,
 }
 
 /// A stable colour per app name (ANSI 31–36).
@@ -247,7 +249,12 @@ fn colour_of(app: &str) -> u8 {
 
 /// Render one line a worker printed: on a terminal, made printable (see
 /// [`terminal`]); otherwise as printed.
-pub fn render_line(source: &Source, stream: Stream, line: &[u8], format: LogFormat) -> Vec<u8> {
+pub(crate) fn render_line(
+    source: &Source,
+    stream: Stream,
+    line: &[u8],
+    format: LogFormat,
+) -> Vec<u8> {
     match format {
         LogFormat::Human { colour, terminal } => {
             let mut out = Vec::with_capacity(line.len() + source.app.len() + 16);
@@ -290,7 +297,7 @@ pub fn render_line(source: &Source, stream: Stream, line: &[u8], format: LogForm
 
 /// Splits a byte stream into lines of at most [`MAX_LINE_BYTES`].
 #[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
-pub struct LineSplitter {
+pub(crate) struct LineSplitter {
     pending: Vec<u8>,
     /// Inside a line that was already cut: drop bytes up to its newline.
     skipping: bool,
@@ -298,7 +305,7 @@ pub struct LineSplitter {
 
 impl LineSplitter {
     /// Feed bytes; complete lines (without the newline) go to `emit`.
-    pub fn feed(&mut self, mut bytes: &[u8], emit: &mut impl FnMut(&[u8])) {
+    pub(crate) fn feed(&mut self, mut bytes: &[u8], emit: &mut impl FnMut(&[u8])) {
         while !bytes.is_empty() {
             match bytes.iter().position(|b| *b == b'\n') {
                 Some(end) => {
@@ -342,7 +349,7 @@ impl LineSplitter {
     }
 
     /// The stream ended: emit a last line without a newline, if any.
-    pub fn finish(&mut self, emit: &mut impl FnMut(&[u8])) {
+    pub(crate) fn finish(&mut self, emit: &mut impl FnMut(&[u8])) {
         if !self.pending.is_empty() && !self.skipping {
             emit(&self.pending);
         }
@@ -358,22 +365,22 @@ std::thread_local! {
 }
 
 /// Where each line a worker prints goes.
-pub struct Destinations {
-    pub sink: LogSink,
-    pub logs: Arc<LogHub>,
-    pub files: Arc<LogFiles>,
-    pub format: LogFormat,
+pub(crate) struct Destinations {
+    pub(crate) sink: LogSink,
+    pub(crate) logs: Arc<LogHub>,
+    pub(crate) files: Arc<LogFiles>,
+    pub(crate) format: LogFormat,
 }
 
 /// One pump as an upgrade hands it over: its pipe (kept open across the
 /// exec) and the part of a line it has read.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct PumpState {
-    pub app: String,
-    pub slot: u32,
-    pub stream: Stream,
-    pub fd: std::os::fd::RawFd,
-    pub splitter: LineSplitter,
+    pub(crate) app: String,
+    pub(crate) slot: u32,
+    pub(crate) stream: Stream,
+    pub(crate) fd: std::os::fd::RawFd,
+    pub(crate) splitter: LineSplitter,
 }
 
 /// What a running pump shares with [`Pumps`]: its fd and its line buffer,
@@ -389,7 +396,7 @@ struct PumpShared {
 /// runtime is single-threaded), so when the loop looks, each pump is
 /// between two reads: every byte it read is in a ring or in its splitter.
 #[derive(Clone, Default)]
-pub struct Pumps {
+pub(crate) struct Pumps {
     running: Arc<std::sync::Mutex<Running>>,
     /// Told whenever a pump ends.
     ended: Arc<tokio::sync::Notify>,
@@ -430,7 +437,7 @@ impl Pumps {
 
     /// Until every pump has read its pipe to the end (and sent its last
     /// line on), or `within` has passed.
-    pub async fn finished(&self, within: Duration) {
+    pub(crate) async fn finished(&self, within: Duration) {
         let deadline = tokio::time::Instant::now() + within;
         loop {
             // Made before the look, so that an end between the two counts.
@@ -442,7 +449,7 @@ impl Pumps {
     }
 
     /// Every running pump's fd and partial line, for an upgrade.
-    pub fn export(&self) -> Vec<PumpState> {
+    pub(crate) fn export(&self) -> Vec<PumpState> {
         let running = self
             .running
             .lock()
@@ -467,7 +474,7 @@ impl Pumps {
 
 /// Read one of a worker's pipes until EOF, starting with what `splitter`
 /// holds (a line the previous image had begun).
-pub async fn pump(
+pub(crate) async fn pump(
     fd: OwnedFd,
     source: Source,
     stream: Stream,

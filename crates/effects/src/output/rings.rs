@@ -10,11 +10,11 @@ use std::time::SystemTime;
 use tokio::sync::broadcast;
 
 /// Lines kept per instance for `supervise logs`.
-pub const RING_LINES: usize = 1000;
+pub(crate) const RING_LINES: usize = 1000;
 /// Bytes kept per instance, whatever the line count.
-pub const RING_BYTES: usize = 256 * 1024;
+pub(crate) const RING_BYTES: usize = 256 * 1024;
 /// Lines a `logs -f` client may fall behind before it misses some.
-pub const FOLLOW_QUEUE: usize = 4096;
+pub(crate) const FOLLOW_QUEUE: usize = 4096;
 
 /// The last lines of every instance, as an upgrade hands them over.
 pub type RingsState = Vec<RingState>;
@@ -22,8 +22,8 @@ pub type RingsState = Vec<RingState>;
 /// One instance's last lines.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct RingState {
-    pub app: String,
-    pub slot: u32,
+    pub(crate) app: String,
+    pub(crate) slot: u32,
     pub lines: Vec<(SystemTime, String)>,
 }
 
@@ -63,7 +63,7 @@ impl LogHub {
     /// The apps of the file as applied now, `(name, instances)`: `logs`
     /// of another app, or of a slot beyond its count, is refused as every
     /// command refuses it.
-    pub fn name_apps(&self, apps: impl IntoIterator<Item = (String, u32)>) {
+    pub(crate) fn name_apps(&self, apps: impl IntoIterator<Item = (String, u32)>) {
         if let Ok(mut known) = self.apps.lock() {
             *known = Some(apps.into_iter().collect());
         }
@@ -105,7 +105,7 @@ impl LogHub {
     }
 
     /// Drop the rings of one slot of `app`, or of all its slots.
-    pub fn forget(&self, app: &str, slot: Option<u32>) {
+    pub(crate) fn forget(&self, app: &str, slot: Option<u32>) {
         if let Ok(mut rings) = self.rings.lock() {
             rings.retain(|(a, s), _| &**a != app || slot.is_some_and(|slot| *s != slot));
         }
@@ -150,8 +150,9 @@ impl LogHub {
         self.feed.subscribe()
     }
 
-    /// How many rings are kept (for tests).
-    pub fn rings(&self) -> usize {
+    /// How many rings are kept.
+    #[cfg(test)]
+    pub(crate) fn rings(&self) -> usize {
         self.rings.lock().map_or(0, |rings| rings.len())
     }
 

@@ -42,7 +42,7 @@ pub fn printable(text: &str, max_chars: usize, tab: Tab) -> String {
 /// tabs kept; bytes that are not UTF-8 shown as U+FFFD, for a raw 0x9B is
 /// CSI to a terminal that is not in UTF-8). Borrowed when there is nothing
 /// to change, as for most lines.
-pub fn printable_bytes(line: &[u8]) -> Cow<'_, [u8]> {
+pub(crate) fn printable_bytes(line: &[u8]) -> Cow<'_, [u8]> {
     let plain = line.iter().all(|b| matches!(b, b' '..=b'~' | b'\t'));
     if plain {
         return Cow::Borrowed(line);
@@ -56,7 +56,7 @@ pub fn printable_bytes(line: &[u8]) -> Cow<'_, [u8]> {
 /// terminal shown `--log-format json` gets no C1 CSI (U+009B). Only inside
 /// a string can such a character be; and in UTF-8, 0xC2 is only ever the
 /// first byte of a character, so the pairs found are characters.
-pub fn json_c1_escaped(line: &[u8]) -> Cow<'_, [u8]> {
+pub(crate) fn json_c1_escaped(line: &[u8]) -> Cow<'_, [u8]> {
     let c1 = |pair: &[u8]| pair[0] == 0xC2 && (0x80..=0x9F).contains(&pair[1]);
     if !line.contains(&0x7F) && !line.windows(2).any(c1) {
         return Cow::Borrowed(line);

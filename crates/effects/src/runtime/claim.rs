@@ -255,7 +255,8 @@ impl Claim {
     }
 
     /// The keys held now.
-    pub fn keys(&self) -> impl Iterator<Item = &str> {
+    #[cfg(test)]
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &str> {
         self.keys.iter().map(String::as_str)
     }
 
@@ -347,11 +348,11 @@ impl Claim {
 /// locked: a `flock` belongs to the open file) across the exec.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ClaimState {
-    pub dir: PathBuf,
+    pub(crate) dir: PathBuf,
     pub lock: std::os::fd::RawFd,
     pub retired: Vec<std::os::fd::RawFd>,
-    pub socket: PathBuf,
-    pub keys: BTreeSet<String>,
+    pub(crate) socket: PathBuf,
+    pub(crate) keys: BTreeSet<String>,
 }
 
 impl Claim {

@@ -122,7 +122,7 @@ pub fn identify(path: &Path) -> io::Result<FileIdentity> {
 /// its place, which is the same key [`identify`] gives the file that is put
 /// there again. `None` when `path` names something (a dangling symlink, say)
 /// or its directory is gone too.
-pub fn identify_absent(path: &Path) -> Option<FileIdentity> {
+pub(crate) fn identify_absent(path: &Path) -> Option<FileIdentity> {
     match std::fs::symlink_metadata(path) {
         Err(error) if error.kind() == io::ErrorKind::NotFound => {}
         _ => return None,

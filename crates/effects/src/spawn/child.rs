@@ -16,35 +16,35 @@ const NSIG: libc::c_int = 65;
 use model::limits::MAX_LISTEN_FDS;
 
 /// The bytes a failed child writes into its status pipe: stage and errno.
-pub const STATUS_BYTES: usize = 8;
+pub(crate) const STATUS_BYTES: usize = 8;
 
 /// The longest name of a variable whose value is the child's own pid
 /// (`LISTEN_PID`, `WATCHDOG_PID`): the child writes the value itself.
-pub const MAX_PID_VARIABLE: usize = 32;
+pub(crate) const MAX_PID_VARIABLE: usize = 32;
 /// `NAME=`, up to 20 digits (u64::MAX), and the terminating NUL.
-pub const PID_VARIABLE_BUFFER: usize = MAX_PID_VARIABLE + 1 + 21;
+pub(crate) const PID_VARIABLE_BUFFER: usize = MAX_PID_VARIABLE + 1 + 21;
 
 /// Raw pointers into the prepared spawn and the fds, for the child.
 pub(super) struct ChildPlan<'a> {
-    pub program: *const libc::c_char,
-    pub argv: *const *const libc::c_char,
-    pub envp: *const *const libc::c_char,
-    pub cwd: *const libc::c_char,
-    pub groups: &'a [libc::gid_t],
-    pub identity: Option<(libc::uid_t, libc::gid_t)>,
-    pub stdin: RawFd,
-    pub stdout: RawFd,
-    pub stderr: RawFd,
-    pub status: RawFd,
-    pub listen_fds: &'a [RawFd],
+    pub(crate) program: *const libc::c_char,
+    pub(crate) argv: *const *const libc::c_char,
+    pub(crate) envp: *const *const libc::c_char,
+    pub(crate) cwd: *const libc::c_char,
+    pub(crate) groups: &'a [libc::gid_t],
+    pub(crate) identity: Option<(libc::uid_t, libc::gid_t)>,
+    pub(crate) stdin: RawFd,
+    pub(crate) stdout: RawFd,
+    pub(crate) stderr: RawFd,
+    pub(crate) status: RawFd,
+    pub(crate) listen_fds: &'a [RawFd],
     /// Where the child writes its pid, in each `NAME=` buffer of
     /// [`MAX_PID_VARIABLE`]s (just after the `=`).
-    pub pid_values: &'a [*mut u8],
-    pub nofile_soft: libc::rlim_t,
-    pub parent: libc::pid_t,
+    pub(crate) pid_values: &'a [*mut u8],
+    pub(crate) nofile_soft: libc::rlim_t,
+    pub(crate) parent: libc::pid_t,
     /// `PR_SET_PDEATHSIG`: die with the parent (every process but the
     /// undertaker, whose job is to outlive it).
-    pub die_with_parent: bool,
+    pub(crate) die_with_parent: bool,
 }
 
 impl ChildPlan<'_> {

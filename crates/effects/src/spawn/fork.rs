@@ -10,7 +10,7 @@ use super::{Launch, SpawnError, cstring};
 use model::process::StartStage;
 
 /// Everything the child uses, allocated before the fork.
-pub struct Prepared {
+pub(crate) struct Prepared {
     program: CString,
     cwd: CString,
     _argv: Vec<CString>,
@@ -29,7 +29,7 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    pub fn new(launch: &Launch) -> Result<Prepared, SpawnError> {
+    pub(crate) fn new(launch: &Launch) -> Result<Prepared, SpawnError> {
         let argv: Vec<CString> = launch
             .argv
             .iter()
@@ -90,17 +90,17 @@ impl Prepared {
 
 /// The fds a child starts from: they become 0, 1, 2, the status pipe, and
 /// 3, 4, … for the listening sockets.
-pub struct ChildFds<'a> {
-    pub stdin: RawFd,
-    pub stdout: RawFd,
-    pub stderr: RawFd,
-    pub status: RawFd,
-    pub listen: &'a [RawFd],
+pub(crate) struct ChildFds<'a> {
+    pub(crate) stdin: RawFd,
+    pub(crate) stdout: RawFd,
+    pub(crate) stderr: RawFd,
+    pub(crate) status: RawFd,
+    pub(crate) listen: &'a [RawFd],
 }
 
 /// Whose child the new process is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Parent {
+pub(crate) enum Parent {
     /// Ours (a plain fork).
     Us,
     /// Our parent's (`CLONE_PARENT`): the spawner forks workers this way, so
@@ -132,7 +132,7 @@ const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
 /// Fork and exec `prepared`. The child checks that its parent is still
 /// `parent` after arming `PR_SET_PDEATHSIG`.
-pub fn fork_exec(
+pub(crate) fn fork_exec(
     prepared: &mut Prepared,
     fds: &ChildFds<'_>,
     parent: libc::pid_t,

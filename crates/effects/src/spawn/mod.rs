@@ -39,51 +39,51 @@ pub use spawner::{HELPER_ENV, SPAWNER_ARG, Spawner, serve as serve_spawner, star
 
 /// What the worker gets besides its definition.
 #[derive(Debug)]
-pub struct SpawnRequest<'a> {
-    pub app: &'a str,
-    pub slot: u32,
-    pub process: &'a ProcessDefinition,
-    pub readiness: &'a Readiness,
+pub(crate) struct SpawnRequest<'a> {
+    pub(crate) app: &'a str,
+    pub(crate) slot: u32,
+    pub(crate) process: &'a ProcessDefinition,
+    pub(crate) readiness: &'a Readiness,
     /// The bound listening sockets, in the order of `process.listen`.
-    pub listen_fds: &'a [RawFd],
+    pub(crate) listen_fds: &'a [RawFd],
     /// The address each socket is actually bound to (`:0` resolved), same order.
-    pub listen_bound: &'a [ListenAddress],
+    pub(crate) listen_bound: &'a [ListenAddress],
     /// `NOTIFY_SOCKET` for `ready: notify`.
-    pub notify_socket: Option<&'a OsStr>,
+    pub(crate) notify_socket: Option<&'a OsStr>,
     /// The supervisor's environment, already stripped of `NOTIFY_SOCKET`,
     /// `LISTEN_*` and `WATCHDOG_*`.
-    pub base_env: &'a [(OsString, OsString)],
+    pub(crate) base_env: &'a [(OsString, OsString)],
     /// The RLIMIT_NOFILE soft limit the supervisor started with.
-    pub nofile_soft: libc::rlim_t,
+    pub(crate) nofile_soft: libc::rlim_t,
     /// `SUPERVISE_RUN` (without cgroups: how its descendants are found).
-    pub run_token: Option<&'a str>,
+    pub(crate) run_token: Option<&'a str>,
     /// The preload library, when a socket of `process.listen` has `inject`.
-    pub inject_library: Option<&'a std::path::Path>,
+    pub(crate) inject_library: Option<&'a std::path::Path>,
 }
 
 /// A started process and the read ends of its pipes.
 #[derive(Debug)]
-pub struct Spawned {
-    pub pid: i32,
-    pub stdout: OwnedFd,
-    pub stderr: OwnedFd,
+pub(crate) struct Spawned {
+    pub(crate) pid: i32,
+    pub(crate) stdout: OwnedFd,
+    pub(crate) stderr: OwnedFd,
     /// Non-blocking. Holds the stage and errno if a step before exec
     /// failed; EOF once exec succeeded ([`read_status`]).
-    pub exec_status: OwnedFd,
+    pub(crate) exec_status: OwnedFd,
 }
 
 /// Why no process could be started; the stage and errno are what the log and
 /// the worker's state record.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{context}: {}", nix::errno::Errno::from_raw(*errno).desc())]
-pub struct SpawnError {
-    pub stage: StartStage,
-    pub errno: i32,
-    pub context: String,
+pub(crate) struct SpawnError {
+    pub(crate) stage: StartStage,
+    pub(crate) errno: i32,
+    pub(crate) context: String,
 }
 
 impl SpawnError {
-    pub fn start_error(&self) -> StartError {
+    pub(crate) fn start_error(&self) -> StartError {
         StartError {
             stage: self.stage,
             errno: self.errno,
@@ -109,12 +109,12 @@ pub(crate) fn last_errno(context: &str) -> SpawnError {
 }
 
 /// The first listening socket's fd in a worker (systemd's SD_LISTEN_FDS_START).
-pub const LISTEN_FDS_START: RawFd = 3;
+pub(crate) const LISTEN_FDS_START: RawFd = 3;
 
 /// The worker's environment (DESIGN.md §2): the supervisor's own, then the
 /// app's `env_file` and `env`, then the reserved variables. `LISTEN_PID` and
 /// `WATCHDOG_PID` are left out: the child writes them.
-pub fn worker_env(request: &SpawnRequest) -> IndexMap<OsString, OsString> {
+pub(crate) fn worker_env(request: &SpawnRequest) -> IndexMap<OsString, OsString> {
     let mut env: IndexMap<OsString, OsString> = request.base_env.iter().cloned().collect();
     for (name, value) in &request.process.env {
         env.insert(name.into(), value.expand(request.slot).into());
@@ -228,24 +228,24 @@ pub(crate) fn pipe() -> Result<(OwnedFd, OwnedFd), SpawnError> {
 /// into C strings there ([`fork::Prepared`]) before the fork.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Launch {
-    pub program: Vec<u8>,
-    pub cwd: Vec<u8>,
-    pub argv: Vec<Vec<u8>>,
+    pub(crate) program: Vec<u8>,
+    pub(crate) cwd: Vec<u8>,
+    pub(crate) argv: Vec<Vec<u8>>,
     /// `NAME=VALUE` entries.
-    pub env: Vec<Vec<u8>>,
+    pub(crate) env: Vec<Vec<u8>>,
     /// Variables the child sets to its own pid (`LISTEN_PID`, `WATCHDOG_PID`).
-    pub pid_variables: Vec<Vec<u8>>,
+    pub(crate) pid_variables: Vec<Vec<u8>>,
     /// `(uid, gid, supplementary groups)` to switch to.
-    pub identity: Option<(u32, u32, Vec<u32>)>,
+    pub(crate) identity: Option<(u32, u32, Vec<u32>)>,
     /// The RLIMIT_NOFILE soft limit the worker gets back.
-    pub nofile_soft: u64,
+    pub(crate) nofile_soft: u64,
     /// `PR_SET_PDEATHSIG`: die with the supervisor (all but the undertaker).
-    pub die_with_parent: bool,
+    pub(crate) die_with_parent: bool,
 }
 
 impl Launch {
     /// Resolve a request: the environment, the argv for its slot, the program.
-    pub fn from_request(request: &SpawnRequest) -> Result<Launch, SpawnError> {
+    pub(crate) fn from_request(request: &SpawnRequest) -> Result<Launch, SpawnError> {
         if request.listen_fds.len() > MAX_LISTEN_FDS {
             return Err(error(
                 libc::EMFILE,
@@ -293,7 +293,7 @@ impl Launch {
     /// probe): `program ARGS` in the supervisor's directory, with its
     /// environment (and `run_token` as `SUPERVISE_RUN`), as its user, dying
     /// with it.
-    pub fn beside(
+    pub(crate) fn beside(
         program: &Path,
         args: &[&str],
         base_env: &[(OsString, OsString)],
@@ -338,7 +338,7 @@ fn entries(env: &IndexMap<OsString, OsString>) -> Vec<Vec<u8>> {
 /// Start one worker through `spawner`, in the cgroup whose directory is
 /// `cgroup` when there is one. On `Ok` the process exists (exec may still
 /// fail: see [`Spawned::exec_status`]); on `Err` no process was created.
-pub fn spawn(
+pub(crate) fn spawn(
     request: &SpawnRequest,
     spawner: &mut Spawner,
     cgroup: Option<RawFd>,
@@ -357,7 +357,7 @@ pub fn spawn(
 
 /// Like [`spawn`], with stdout and stderr on `/dev/null` (an `exec` health
 /// check: only its exit code counts). The pid and its exec-status pipe.
-pub fn spawn_quiet(
+pub(crate) fn spawn_quiet(
     request: &SpawnRequest,
     spawner: &mut Spawner,
     cgroup: Option<RawFd>,
@@ -369,19 +369,19 @@ pub fn spawn_quiet(
 /// A process fed on its stdin and heard on its stdout and stderr: our
 /// ends of its pipes.
 #[derive(Debug)]
-pub struct Piped {
-    pub pid: i32,
-    pub stdin: OwnedFd,
-    pub stdout: OwnedFd,
-    pub stderr: OwnedFd,
+pub(crate) struct Piped {
+    pub(crate) pid: i32,
+    pub(crate) stdin: OwnedFd,
+    pub(crate) stdout: OwnedFd,
+    pub(crate) stderr: OwnedFd,
     /// As [`Spawned::exec_status`].
-    pub exec_status: OwnedFd,
+    pub(crate) exec_status: OwnedFd,
 }
 
 /// Start `launch` (a program run [`Launch::beside`] the instances) through
 /// `spawner`, in the cgroup whose directory is `cgroup` when there is one,
 /// with a pipe on each of its stdin, stdout and stderr.
-pub fn spawn_piped(
+pub(crate) fn spawn_piped(
     launch: &Launch,
     spawner: &mut Spawner,
     cgroup: Option<RawFd>,
@@ -454,7 +454,7 @@ pub enum ExecStatus {
 }
 
 /// Read an exec-status pipe without blocking.
-pub fn read_status(status: &OwnedFd) -> ExecStatus {
+pub(crate) fn read_status(status: &OwnedFd) -> ExecStatus {
     let mut bytes = [0u8; STATUS_BYTES];
     // SAFETY: reading into a stack buffer of the stated size from an fd we own.
     let n = unsafe { libc::read(status.as_raw_fd(), bytes.as_mut_ptr().cast(), bytes.len()) };

@@ -36,7 +36,7 @@ use model::process::StartStage;
 /// it takes the spawner for broken (stopped, wedged), kills it, and fails
 /// that start. It blocks the loop, so it is short: a fork takes well under
 /// a millisecond.
-pub const REPLY_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const REPLY_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long starting the spawner may take (one fork and exec).
 const START_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a killed spawner may take to die (SIGKILL: at once, in practice).
@@ -236,17 +236,17 @@ impl Spawner {
     }
 
     /// The spawner's pid, while one runs (its exit is not a worker's).
-    pub fn pid(&self) -> Option<i32> {
+    pub(crate) fn pid(&self) -> Option<i32> {
         self.helper.as_ref().map(|h| h.pid)
     }
 
     /// The spawner process died (reaped): the next spawn starts another.
-    pub fn lost(&mut self) {
+    pub(crate) fn lost(&mut self) {
         self.helper = None;
     }
 
     /// What a worker's stdin is.
-    pub fn devnull(&self) -> RawFd {
+    pub(crate) fn devnull(&self) -> RawFd {
         self.devnull.as_raw_fd()
     }
 
@@ -255,7 +255,7 @@ impl Spawner {
     /// Starts a spawner first when there is none. On `Err` the spawner may
     /// have been killed mid-request: the caller kills what the request may
     /// have started.
-    pub fn spawn(
+    pub(crate) fn spawn(
         &mut self,
         launch: &Launch,
         fds: &[RawFd],

@@ -8,13 +8,13 @@ use super::Launch;
 /// The largest request: a worker's argv and environment together — above
 /// what `execve` takes with the usual 8 MiB stack limit (a quarter of it),
 /// so the kernel, not this format, says what is too big.
-pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
+pub(crate) const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
 /// Requests up to this size travel in the datagram itself; larger ones in
 /// a memfd passed with it (a datagram is bounded by the socket's buffer).
-pub const INLINE_REQUEST_BYTES: usize = 64 * 1024;
+pub(crate) const INLINE_REQUEST_BYTES: usize = 64 * 1024;
 /// The datagram that says "the request is in the first fd" (a request
 /// itself starts with its version, never with this).
-pub const IN_MEMFD: &[u8; 8] = b"memfd\0\0\0";
+pub(crate) const IN_MEMFD: &[u8; 8] = b"memfd\0\0\0";
 /// The version of this format (the spawner is our own binary, but a
 /// package upgrade can replace it under a running supervisor).
 const VERSION: u32 = 2;
@@ -43,13 +43,13 @@ impl Writer {
 /// What comes with a request besides the launch: how many listening
 /// sockets, and whether a cgroup directory fd is among the fds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Extras {
-    pub listen: usize,
-    pub cgroup: bool,
+pub(crate) struct Extras {
+    pub(crate) listen: usize,
+    pub(crate) cgroup: bool,
 }
 
 /// Encode `launch`; `None` when too large.
-pub fn encode(launch: &Launch, extras: Extras) -> Option<Vec<u8>> {
+pub(crate) fn encode(launch: &Launch, extras: Extras) -> Option<Vec<u8>> {
     let mut out = Writer(Vec::with_capacity(1024));
     out.u32(VERSION);
     out.bytes(&launch.program);
@@ -108,7 +108,7 @@ impl Reader<'_> {
 }
 
 /// Decode a request: the launch and what comes with it.
-pub fn decode(bytes: &[u8]) -> Option<(Launch, Extras)> {
+pub(crate) fn decode(bytes: &[u8]) -> Option<(Launch, Extras)> {
     let mut input = Reader(bytes);
     if input.u32()? != VERSION {
         return None;

@@ -37,15 +37,15 @@ pub enum ExecState {
 /// starts afresh in the new image).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct SystemState {
-    pub sockets: Vec<crate::sockets::SocketState>,
+    pub(crate) sockets: Vec<crate::sockets::SocketState>,
     pub undertaker: crate::undertaker::UndertakerState,
     pub groups: crate::groups::GroupsState,
     /// Every live child we started: its exec status.
-    pub processes: Vec<(i32, ExecState)>,
+    pub(crate) processes: Vec<(i32, ExecState)>,
     /// Reaped before their exec status was read.
-    pub deferred: Vec<(i32, Exit)>,
-    pub pumps: Vec<output::PumpState>,
-    pub notify_env: Option<OsString>,
+    pub(crate) deferred: Vec<(i32, Exit)>,
+    pub(crate) pumps: Vec<output::PumpState>,
+    pub(crate) notify_env: Option<OsString>,
     /// The RLIMIT_NOFILE soft limit the first image started with.
     pub nofile_soft: libc::rlim_t,
 }

@@ -191,11 +191,6 @@ impl System {
         self.notify_env = Some(value);
     }
 
-    /// The undertaker's pid (its exit is not a worker's).
-    pub fn undertaker_pid(&self) -> i32 {
-        self.setup.undertaker.pid()
-    }
-
     /// The log files, for SIGUSR1, `status` and the end.
     pub fn log_files(&self) -> &Arc<LogFiles> {
         &self.setup.files

@@ -21,7 +21,7 @@ use std::path::Path;
 
 /// The environment variable that tells the new image where its state is
 /// (the memfd's number). Removed from our environment at once.
-pub const HANDOVER_ENV: &str = "SUPERVISE_HANDOVER_FD";
+pub(crate) const HANDOVER_ENV: &str = "SUPERVISE_HANDOVER_FD";
 
 /// The signals held back from the last moment before `execve` until the new
 /// image's handlers are in place (see [`release_held_signals`]): their
@@ -59,7 +59,7 @@ pub fn release_held_signals() {
 }
 
 /// Whether this is the process's main thread (its tid is its pid).
-pub fn on_main_thread() -> bool {
+pub(crate) fn on_main_thread() -> bool {
     // SAFETY: gettid and getpid have no preconditions.
     unsafe { libc::gettid() == libc::getpid() }
 }
@@ -103,7 +103,7 @@ fn set_cloexec(fd: RawFd, on: bool) -> io::Result<()> {
 /// included) and our environment plus [`HANDOVER_ENV`], keeping `kept` open
 /// and handing `state` over in a memfd. Returns only on failure, with
 /// everything as it was.
-pub fn exec(binary: &Path, args: &[OsString], state: &[u8], kept: &[RawFd]) -> io::Error {
+pub(crate) fn exec(binary: &Path, args: &[OsString], state: &[u8], kept: &[RawFd]) -> io::Error {
     match prepare_and_exec(binary, args, state, kept) {
         Ok(never) => match never {},
         Err(error) => error,

@@ -119,7 +119,7 @@ pub struct RunningProbe {
 
 /// Converse with a probe started with these pipes: feed it `state`, and
 /// hear its stdout and stderr until they end or the receiver is dropped.
-pub fn converse(
+pub(crate) fn converse(
     pid: i32,
     stdin: OwnedFd,
     stdout: OwnedFd,
