@@ -37,7 +37,7 @@ const INCOMPLETE_MARK: u8 = 0xFF;
 /// own name may already be as long as a name can be). A file with hard
 /// links, or one a rename cannot replace (a bind mount), is written in
 /// place, keeping its inode and so every name of it: see [`write_in_place`].
-pub fn replace(path: &Path, text: &[u8], writer: &str) -> io::Result<()> {
+pub(crate) fn replace(path: &Path, text: &[u8], writer: &str) -> io::Result<()> {
     let target = match std::fs::canonicalize(path) {
         Ok(target) => target,
         // Nothing there (not even a dangling link): a new file.

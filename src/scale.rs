@@ -24,13 +24,13 @@ use model::spec::defaults::MAX_INSTANCES;
 /// its edit. An edit is a read, a check and a write — milliseconds, so ten at
 /// once take well under a second; only a stopped or wedged one holds the
 /// lock this long.
-pub const LOCK_WAIT: Duration = Duration::from_secs(10);
+pub(crate) const LOCK_WAIT: Duration = Duration::from_secs(10);
 /// How often the lock is tried meanwhile.
 const LOCK_POLL: Duration = Duration::from_millis(10);
 
 /// Why the lock was not had.
 #[derive(Debug)]
-pub enum LockError {
+pub(crate) enum LockError {
     /// Another edit held it for all of the wait.
     Busy,
     Io(io::Error),
@@ -49,13 +49,13 @@ pub enum LockError {
 /// be the file locked; if it is not, the file it is now is locked instead
 /// (the pattern of the supervisor's own lock in the runtime directory).
 #[derive(Debug)]
-pub struct EditLock {
+pub(crate) struct EditLock {
     _file: std::fs::File,
 }
 
 /// Take the [`EditLock`] of the file `path` names, waiting at most `wait`
 /// for an edit that holds it.
-pub fn lock(path: &Path, wait: Duration) -> Result<EditLock, LockError> {
+pub(crate) fn lock(path: &Path, wait: Duration) -> Result<EditLock, LockError> {
     let deadline = Instant::now() + wait;
     loop {
         // O_NONBLOCK: a FIFO in the file's place does not hang the open (the
@@ -85,7 +85,7 @@ pub fn lock(path: &Path, wait: Duration) -> Result<EditLock, LockError> {
 
 /// Why a count was not taken.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CountError {
+pub(crate) enum CountError {
     /// Not N, +N or -N (a usage error).
     NotACount(String),
     /// A count, but not one that can be (below 0, above the limit).
@@ -93,7 +93,7 @@ pub enum CountError {
 }
 
 /// `3`, `+2` or `-1` applied to the current count.
-pub fn target(current: u32, change: &str) -> Result<u32, CountError> {
+pub(crate) fn target(current: u32, change: &str) -> Result<u32, CountError> {
     let parsed = |digits: &str| {
         digits.parse::<u32>().map_err(|_| {
             CountError::NotACount(format!("`{change}` is not a count: write N, +N or -N"))
@@ -138,7 +138,7 @@ fn byte_offset(text: &str, location: &Location) -> Option<usize> {
 }
 
 /// The file text with app `app`'s `instances` set to `count`.
-pub fn edit_text(text: &str, app: &str, count: u32) -> Result<String, String> {
+pub(crate) fn edit_text(text: &str, app: &str, count: u32) -> Result<String, String> {
     let root = node::parse(text).map_err(|e| format!("cannot parse the file: {}", e.message))?;
     let (_, apps) = root.get("apps").ok_or("the file has no `apps`")?;
     let (app_key, app_node) = apps

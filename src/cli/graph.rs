@@ -21,7 +21,7 @@ pub enum GraphFormat {
 }
 
 /// The graph of `desired` in `format`.
-pub fn render(desired: &Desired, format: GraphFormat) -> String {
+pub(crate) fn render(desired: &Desired, format: GraphFormat) -> String {
     match format {
         GraphFormat::Mermaid => mermaid(desired),
         GraphFormat::Dot => dot(desired),

@@ -22,7 +22,7 @@ const INTERPRETERS: &[&str] = &[
 
 /// The app's name for `command`: the program's, or for an interpreter the
 /// script's or module's (`python3 -m http.server` → `http-server`).
-pub fn name_for(command: &[String]) -> String {
+pub(crate) fn name_for(command: &[String]) -> String {
     let base = |word: &str| {
         let file = Path::new(word)
             .file_name()
@@ -68,7 +68,7 @@ pub fn name_for(command: &[String]) -> String {
 }
 
 /// The file `init` writes.
-pub fn template(command: &[String], name: Option<&str>) -> String {
+pub(crate) fn template(command: &[String], name: Option<&str>) -> String {
     let (argv, placeholder): (Vec<String>, bool) = if command.is_empty() {
         (PLACEHOLDER.iter().map(|s| s.to_string()).collect(), true)
     } else {

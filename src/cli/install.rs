@@ -32,20 +32,26 @@ const SYSTEMCTL_VARIABLE: &str = "SUPERVISE_SYSTEMCTL";
 const LINGER_DIR: &str = "/var/lib/systemd/linger";
 
 /// Where the unit goes and what it is called.
-pub struct Target {
-    pub user: bool,
-    pub name: String,
-    pub dir: PathBuf,
+pub(crate) struct Target {
+    pub(crate) user: bool,
+    pub(crate) name: String,
+    pub(crate) dir: PathBuf,
 }
 
 impl Target {
-    pub fn unit_name(&self) -> String {
+    pub(crate) fn unit_name(&self) -> String {
         format!("supervise-{}.service", self.name)
     }
 }
 
 /// The unit for `file` (absolute) run by `binary` (absolute).
-pub fn unit(binary: &Path, file: &Path, desired: &Desired, target: &Target, kill: &Path) -> String {
+pub(crate) fn unit(
+    binary: &Path,
+    file: &Path,
+    desired: &Desired,
+    target: &Target,
+    kill: &Path,
+) -> String {
     let user = target.user;
     let stop = (longest_stop(desired) + STOP_MARGIN).as_secs().max(30);
     let folder = file.parent().unwrap_or(Path::new("/"));
@@ -98,7 +104,7 @@ pub fn unit(binary: &Path, file: &Path, desired: &Desired, target: &Target, kill
 /// The longest supervise can take to stop: apps stop together, but one that
 /// others depend on waits for them, so a chain of dependencies takes the sum
 /// of its `kill_timeout`s.
-pub fn longest_stop(desired: &Desired) -> Duration {
+pub(crate) fn longest_stop(desired: &Desired) -> Duration {
     fn chain(desired: &Desired, name: &str, depth: usize) -> Duration {
         let Some(app) = desired.app(name) else {
             return Duration::ZERO;
@@ -144,7 +150,7 @@ fn systemd_quote(text: &str) -> String {
 
 /// The unit's default name: the file's folder (`/srv/shop/ecosystem.yaml`
 /// → `shop`).
-pub fn name_of(file: &Path) -> String {
+pub(crate) fn name_of(file: &Path) -> String {
     let folder = file
         .parent()
         .and_then(Path::file_name)

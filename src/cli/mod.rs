@@ -5,7 +5,7 @@
 //! `check --graph`.
 
 mod export;
-pub mod graph;
+pub(crate) mod graph;
 pub mod import;
 pub mod init;
 pub mod install;
@@ -26,17 +26,17 @@ use config::{self, Host, diagnostic};
 use model::spec::{Desired, When};
 
 /// Exit codes shared by every command (DESIGN.md §2).
-pub mod exit {
-    pub const OK: u8 = 0;
+pub(crate) mod exit {
+    pub(crate) const OK: u8 = 0;
     /// Invalid file (YAML syntax included), an operation refused, or an
     /// output that could not be written (stdout included).
-    pub const INVALID: u8 = 1;
+    pub(crate) const INVALID: u8 = 1;
     /// Usage error or file unreadable.
-    pub const USAGE: u8 = 2;
+    pub(crate) const USAGE: u8 = 2;
     /// No supervisor is running for this file.
-    pub const NOT_RUNNING: u8 = 3;
+    pub(crate) const NOT_RUNNING: u8 = 3;
     /// A rollout halted, or a wait timed out.
-    pub const HALTED: u8 = 4;
+    pub(crate) const HALTED: u8 = 4;
 }
 
 #[derive(Debug, Parser)]
@@ -52,15 +52,15 @@ pub struct Cli {
 
     /// Format of the supervisor's output: `human`, or `json` (one event per line).
     #[arg(long, global = true, value_enum, default_value_t = LogStyle::Human)]
-    pub log_format: LogStyle,
+    pub(crate) log_format: LogStyle,
 
     /// More output (-v: debug, -vv: trace). RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
-    pub verbose: u8,
+    pub(crate) verbose: u8,
 
     /// Less output: warnings and errors only.
     #[arg(short, long, global = true)]
-    pub quiet: bool,
+    pub(crate) quiet: bool,
 
     /// The control socket (default: in the runtime directory, named after the file).
     #[arg(long, global = true, value_name = "PATH")]
@@ -69,20 +69,20 @@ pub struct Cli {
     /// Track each instance in a cgroup of its own when a writable cgroup v2
     /// hierarchy is there (`auto`), or by the environment only (`off`).
     #[arg(long, global = true, value_enum, default_value_t = CgroupMode::Auto)]
-    pub cgroups: CgroupMode,
+    pub(crate) cgroups: CgroupMode,
 
     #[command(subcommand)]
     pub command: Option<Verb>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum CgroupMode {
+pub(crate) enum CgroupMode {
     Auto,
     Off,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogStyle {
+pub(crate) enum LogStyle {
     Human,
     Json,
 }
@@ -332,7 +332,7 @@ pub fn follow_flag_after_logs(
 }
 
 /// The file to use: `-f`, else `./ecosystem.yaml`, else `./ecosystem.yml`.
-pub fn ecosystem_path(file: Option<&Path>) -> Result<PathBuf, String> {
+pub(crate) fn ecosystem_path(file: Option<&Path>) -> Result<PathBuf, String> {
     if let Some(file) = file {
         return Ok(file.to_path_buf());
     }
@@ -488,7 +488,11 @@ fn check_diff_written(file: Option<&Path>, against: &Path) -> Result<u8, output:
 
 /// The success summary: apps, instances each, sockets, what `max` became,
 /// and where `/metrics` is served.
-pub fn summary(shown: &str, desired: &Desired, diagnostics: &[diagnostic::Diagnostic]) -> String {
+pub(crate) fn summary(
+    shown: &str,
+    desired: &Desired,
+    diagnostics: &[diagnostic::Diagnostic],
+) -> String {
     let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
     let instances: u32 = desired.apps.iter().map(|a| a.instances).sum();
     let sockets: usize = desired.apps.iter().map(|a| a.process.listen.len()).sum();
@@ -542,7 +546,7 @@ pub fn summary(shown: &str, desired: &Desired, diagnostics: &[diagnostic::Diagno
 }
 
 /// A schedule in words: `every 10m`, or the cron expression.
-pub fn when_text(when: &When) -> String {
+pub(crate) fn when_text(when: &When) -> String {
     match when {
         When::Every(period) => format!("every {}", humantime::format_duration(*period)),
         When::Cron { cron, .. } => cron.as_str().to_string(),

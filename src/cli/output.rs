@@ -14,7 +14,7 @@ use super::exit;
 
 /// Standard output did not take the whole product.
 #[derive(Debug)]
-pub struct Unwritten(io::Error);
+pub(crate) struct Unwritten(io::Error);
 
 impl From<io::Error> for Unwritten {
     fn from(error: io::Error) -> Unwritten {
@@ -24,7 +24,7 @@ impl From<io::Error> for Unwritten {
 
 impl Unwritten {
     /// Whether the reader of stdout went away (EPIPE: `| head`, `| grep -q`).
-    pub fn reader_left(&self) -> bool {
+    pub(crate) fn reader_left(&self) -> bool {
         self.0.kind() == io::ErrorKind::BrokenPipe
     }
 
@@ -34,7 +34,7 @@ impl Unwritten {
     /// `supervise logs | head` while the reader's own exit status already
     /// says whether the pipeline worked. Any other failure is 1, as for an
     /// output file that cannot be written.
-    pub fn exit_code(&self) -> u8 {
+    pub(crate) fn exit_code(&self) -> u8 {
         if self.reader_left() {
             exit::OK
         } else {
@@ -44,7 +44,7 @@ impl Unwritten {
 
     /// What went wrong, for `error: …`; `None` when the reader left, which
     /// deserves no word.
-    pub fn message(&self) -> Option<String> {
+    pub(crate) fn message(&self) -> Option<String> {
         if self.reader_left() {
             return None;
         }
@@ -61,7 +61,7 @@ impl Unwritten {
 
     /// Say what went wrong on stderr (nothing when the reader left), and
     /// the exit code.
-    pub fn report(&self) -> ExitCode {
+    pub(crate) fn report(&self) -> ExitCode {
         if let Some(message) = self.message() {
             super::err(&format!("error: {message}\n"));
         }
@@ -75,7 +75,7 @@ impl Unwritten {
 /// of the last flush, at exit, would go unseen) and takes a write to a
 /// closed descriptor (EBADF) for a success. (A stdout the caller closed is
 /// held read-only from the start, see `main.rs`: EBADF here.)
-pub fn write(bytes: &[u8]) -> Result<(), Unwritten> {
+pub(crate) fn write(bytes: &[u8]) -> Result<(), Unwritten> {
     // SAFETY: fd 1 is open for the whole life of the process (held even
     // when the caller closed it, see `main.rs`), and `ManuallyDrop` never
     // closes it: a borrowed view, without a `dup` per write.

@@ -44,17 +44,17 @@ pub use top::top;
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long `upgrade` waits for the new image's answer: the probe (5 s at
 /// most), then the exec and the restore of a large state.
-pub const UPGRADE_REPLY_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const UPGRADE_REPLY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long `reload` waits for the rollout to complete.
-pub const WAIT_LIMIT: Duration = Duration::from_secs(300);
+pub(crate) const WAIT_LIMIT: Duration = Duration::from_secs(300);
 /// How often they look.
 const POLL_INTERVAL: Duration = Duration::from_millis(200);
 
 /// A failure with its exit code and message (empty when there is nothing
 /// to say: the reader of stdout went away, see [`Unwritten`]).
 pub struct Failure {
-    pub code: u8,
-    pub message: String,
+    pub(crate) code: u8,
+    pub(crate) message: String,
 }
 
 impl From<Unwritten> for Failure {
@@ -91,7 +91,7 @@ pub fn socket_path(file: Option<&Path>, socket: Option<&Path>) -> Result<PathBuf
 /// bounded only up to its first reply (the supervisor answers a follow at
 /// once, before any new line): after that it lasts as long as the supervisor
 /// keeps the stream open.
-pub struct Connection {
+pub(crate) struct Connection {
     reader: BufReader<Deadlined>,
     /// The socket, to name it when the supervisor does not answer.
     socket: PathBuf,
@@ -196,7 +196,7 @@ fn connect(socket: &Path, timeout: Duration) -> io::Result<UnixStream> {
 
 impl Connection {
     /// Send one request; replies are read with [`Connection::next_reply`].
-    pub fn open(socket: &Path, command: Command) -> Result<Connection, Failure> {
+    pub(crate) fn open(socket: &Path, command: Command) -> Result<Connection, Failure> {
         let deadline = Instant::now() + REPLY_TIMEOUT;
         let follow = matches!(command, Command::Logs { follow: true, .. });
         let mut stream = connect(socket, REPLY_TIMEOUT).map_err(|e| {
@@ -245,7 +245,7 @@ impl Connection {
     }
 
     /// The next reply line; `None` at the end. An `ok: false` reply is a failure.
-    pub fn next_reply(&mut self) -> Result<Option<Value>, Failure> {
+    pub(crate) fn next_reply(&mut self) -> Result<Option<Value>, Failure> {
         // The first reply keeps the deadline set at `open`.
         if self.answered {
             self.reader.get_mut().deadline = (!self.follow).then(|| Instant::now() + REPLY_TIMEOUT);
@@ -273,7 +273,7 @@ impl Connection {
 }
 
 /// One request, one reply.
-pub fn ask(socket: &Path, command: Command) -> Result<Value, Failure> {
+pub(crate) fn ask(socket: &Path, command: Command) -> Result<Value, Failure> {
     Connection::open(socket, command)?
         .next_reply()?
         .ok_or_else(|| fail(exit::INVALID, "the supervisor closed the connection"))

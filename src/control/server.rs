@@ -41,17 +41,17 @@ use effects::output::rings::Line;
 use model::protocol::{self, Command, MAX_REQUEST_BYTES, Request};
 
 /// How long a client may take to send its request.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a client may take to read one reply line.
-pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Requests waiting for the supervisor loop.
-pub const CONTROL_QUEUE: usize = 64;
+pub(crate) const CONTROL_QUEUE: usize = 64;
 /// Replies waiting for one client.
-pub const REPLY_QUEUE: usize = 64;
+pub(crate) const REPLY_QUEUE: usize = 64;
 /// Clients served at once, followers apart (see [`MAX_FOLLOWERS`]): a
 /// command, or a connection whose request is not read yet. More wait in
 /// the listen backlog.
-pub const MAX_CONNECTIONS: usize = 64;
+pub(crate) const MAX_CONNECTIONS: usize = 64;
 /// `logs -f` followers served at once, in a pool of their own; one more is
 /// refused (see [`too_many_followers`]).
 pub const MAX_FOLLOWERS: usize = 64;
@@ -66,19 +66,19 @@ const FOLLOWER_READ_BYTES: usize = 256;
 
 /// A request for the loop, with where its replies go.
 pub struct ControlRequest {
-    pub command: Command,
+    pub(crate) command: Command,
     /// Reply lines (JSON, without the newline).
-    pub reply: mpsc::Sender<String>,
+    pub(crate) reply: mpsc::Sender<String>,
     /// The client's connection, open for as long as `reply` is: an upgrade
     /// keeps it across the exec, and the new image answers on it.
-    pub connection: std::os::fd::RawFd,
+    pub(crate) connection: std::os::fd::RawFd,
 }
 
 /// Bind the control socket at `path` (replacing a stale one: the caller holds
 /// the lock, so no live supervisor owns it) with mode 0600.
 /// The control listener the previous image kept open (clients that
 /// connected meanwhile wait in its backlog).
-pub fn adopt(fd: std::os::fd::RawFd) -> io::Result<UnixListener> {
+pub(crate) fn adopt(fd: std::os::fd::RawFd) -> io::Result<UnixListener> {
     let fd = effects::upgrade::exec::adopt_fd(fd, "the control socket")?;
     let listener = std::os::unix::net::UnixListener::from(fd);
     listener.set_nonblocking(true)?;
@@ -87,7 +87,7 @@ pub fn adopt(fd: std::os::fd::RawFd) -> io::Result<UnixListener> {
 
 /// Answer, from the new image, the client whose request was an upgrade:
 /// one line on its connection (kept open across the exec), then close it.
-pub fn answer_kept_client(fd: std::os::fd::RawFd, line: &str) -> io::Result<()> {
+pub(crate) fn answer_kept_client(fd: std::os::fd::RawFd, line: &str) -> io::Result<()> {
     use std::io::Write;
     let fd = effects::upgrade::exec::adopt_fd(fd, "the upgrading client's connection")?;
     let mut stream = std::os::unix::net::UnixStream::from(fd);
@@ -98,7 +98,7 @@ pub fn answer_kept_client(fd: std::os::fd::RawFd, line: &str) -> io::Result<()> 
     stream.write_all(&line)
 }
 
-pub fn bind(path: &Path) -> io::Result<UnixListener> {
+pub(crate) fn bind(path: &Path) -> io::Result<UnixListener> {
     use std::os::unix::fs::PermissionsExt;
     match std::fs::remove_file(path) {
         Ok(()) => {}
@@ -115,7 +115,7 @@ pub fn bind(path: &Path) -> io::Result<UnixListener> {
 /// (more wait in the listen backlog), and after an accept error (EMFILE:
 /// out of fds) a pause that doubles up to [`ACCEPT_BACKOFF_MAX`] instead of
 /// a busy loop.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: UnixListener,
     requests: mpsc::Sender<ControlRequest>,
     logs: Arc<LogHub>,

@@ -39,7 +39,7 @@ use crate::metrics::{CpuLedger, Format, Snapshot};
 
 /// Snapshot requests waiting for the loop (scrapes are serialised before
 /// they ask, so one is all there can be).
-pub const SNAPSHOT_QUEUE: usize = 1;
+pub(crate) const SNAPSHOT_QUEUE: usize = 1;
 /// Scrapers served at once; more wait in the listen backlog.
 pub const MAX_CONNECTIONS: usize = 32;
 /// The most a request head (request line and headers) may take.
@@ -47,21 +47,21 @@ pub const MAX_REQUEST_BYTES: usize = 8 * 1024;
 /// How long a client may take to send its request head.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a client may take to read the reply.
-pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long one scrape may wait for the loop's snapshot and its measuring.
-pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
 /// A rendered reply younger than this is served again to the next scraper.
-pub const FRESH_FOR: Duration = Duration::from_millis(200);
+pub(crate) const FRESH_FOR: Duration = Duration::from_millis(200);
 /// The first pause after a failed accept (EMFILE), doubled each time…
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
 /// …up to this.
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// What a connection asks the loop for: a snapshot, sent back here.
-pub type SnapshotRequest = oneshot::Sender<Snapshot>;
+pub(crate) type SnapshotRequest = oneshot::Sender<Snapshot>;
 
 /// The metrics endpoint the file asks for, following its edits.
-pub struct Endpoint {
+pub(crate) struct Endpoint {
     serving: Option<Listening>,
     requests: mpsc::Sender<SnapshotRequest>,
     /// Kept across rebinding, so moving the port does not reset a counter.
@@ -79,9 +79,9 @@ pub struct Endpoint {
 /// its port) and the CPU each slot was seen to use (a counter never goes
 /// back).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct MetricsState {
-    pub listener: Option<(SocketAddr, std::os::fd::RawFd)>,
-    pub ledger: CpuLedger,
+pub(crate) struct MetricsState {
+    pub(crate) listener: Option<(SocketAddr, std::os::fd::RawFd)>,
+    pub(crate) ledger: CpuLedger,
 }
 
 /// A bound listener, and the address the file gave for it (`:0` stays
@@ -96,7 +96,7 @@ struct Listening {
 
 impl Endpoint {
     /// No listener yet; snapshots are asked for through `requests`.
-    pub fn new(requests: mpsc::Sender<SnapshotRequest>) -> Endpoint {
+    pub(crate) fn new(requests: mpsc::Sender<SnapshotRequest>) -> Endpoint {
         Endpoint {
             serving: None,
             requests,
@@ -124,7 +124,7 @@ impl Endpoint {
     }
 
     /// The endpoint the previous image handed over.
-    pub fn restore(
+    pub(crate) fn restore(
         requests: mpsc::Sender<SnapshotRequest>,
         state: MetricsState,
     ) -> io::Result<Endpoint> {
@@ -156,7 +156,7 @@ impl Endpoint {
     /// A bind that fails is logged (`metrics_bind_failed`) and the
     /// supervisor runs on without metrics; the next applied version of the
     /// file tries again.
-    pub fn follow(&mut self, wanted: Option<SocketAddr>) {
+    pub(crate) fn follow(&mut self, wanted: Option<SocketAddr>) {
         if let (Some(serving), Some(wanted)) = (&self.serving, wanted)
             && serving.wanted == wanted
         {
@@ -208,7 +208,7 @@ impl Endpoint {
     /// The next scraper, with its connection slot and what serves it;
     /// never, while nothing is served. Cancel-safe: it is one branch of the
     /// loop's `select!`.
-    pub async fn accept(&mut self) -> Scrape {
+    pub(crate) async fn accept(&mut self) -> Scrape {
         loop {
             let Some(serving) = &self.serving else {
                 return std::future::pending().await;
@@ -244,7 +244,7 @@ impl Endpoint {
 }
 
 /// An accepted scraper.
-pub struct Scrape {
+pub(crate) struct Scrape {
     stream: TcpStream,
     permit: OwnedSemaphorePermit,
     scraper: Arc<Scraper>,
@@ -252,7 +252,7 @@ pub struct Scrape {
 
 impl Scrape {
     /// Answer it in a task of its own.
-    pub fn serve(self) {
+    pub(crate) fn serve(self) {
         tokio::spawn(async move {
             if let Err(error) = connection(self.stream, &self.scraper).await {
                 debug!("/metrics connection: {error}");
@@ -332,15 +332,15 @@ impl Scraper {
 
 /// A request the endpoint answers with metrics.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Request {
+pub(crate) struct Request {
     /// `HEAD`: the headers only.
-    pub head_only: bool,
-    pub format: Format,
+    pub(crate) head_only: bool,
+    pub(crate) format: Format,
 }
 
 /// An HTTP status with its reason phrase.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
+pub(crate) enum Status {
     Ok,
     BadRequest,
     NotFound,
@@ -447,7 +447,7 @@ fn head_end(bytes: &[u8]) -> Option<usize> {
 
 /// What the request head asks for: metrics (in the format its `Accept`
 /// header prefers), or the error status to answer with.
-pub fn parse_request(head: &[u8]) -> Result<Request, Status> {
+pub(crate) fn parse_request(head: &[u8]) -> Result<Request, Status> {
     let text = std::str::from_utf8(head).map_err(|_| Status::BadRequest)?;
     let mut lines = text.lines();
     let request_line = lines.next().ok_or(Status::BadRequest)?;

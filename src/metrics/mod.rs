@@ -23,13 +23,13 @@
 //! undercount, never a drop that `rate()` would take for a reset).
 
 pub mod endpoint;
-pub mod render;
-pub mod snapshot;
-pub mod tally;
+pub(crate) mod render;
+pub(crate) mod snapshot;
+pub(crate) mod tally;
 
-pub use render::{Format, render};
-pub use snapshot::{CpuLedger, Snapshot, measure};
-pub use tally::Tally;
+pub(crate) use render::{Format, render};
+pub(crate) use snapshot::{CpuLedger, Snapshot, measure};
+pub(crate) use tally::Tally;
 
 #[cfg(test)]
 mod tests;

@@ -32,14 +32,14 @@ pub enum Format {
 impl Format {
     /// The format an `Accept` header asks for: OpenMetrics when it names it,
     /// else the Prometheus text format.
-    pub fn from_accept(accept: Option<&str>) -> Format {
+    pub(crate) fn from_accept(accept: Option<&str>) -> Format {
         match accept {
             Some(accept) if accept.contains("application/openmetrics-text") => Format::OpenMetrics,
             _ => Format::Prometheus,
         }
     }
 
-    pub fn content_type(self) -> &'static str {
+    pub(crate) fn content_type(self) -> &'static str {
         match self {
             Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
             Format::Prometheus => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
@@ -48,7 +48,7 @@ impl Format {
 }
 
 /// `measured` as the body of a `/metrics` reply.
-pub fn render(measured: Measured, format: Format) -> Result<String, fmt::Error> {
+pub(crate) fn render(measured: Measured, format: Format) -> Result<String, fmt::Error> {
     let mut registry = Registry::with_prefix(PREFIX);
     registry.register_collector(Box::new(measured));
     let mut text = String::new();

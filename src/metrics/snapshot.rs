@@ -15,27 +15,27 @@ use super::tally::SlotCounts;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Snapshot {
     /// How many versions of the file were applied (`status`' `version`).
-    pub file_version: u64,
-    pub applies: u64,
-    pub rejected_edits: u64,
-    pub apps: Vec<AppSeries>,
+    pub(crate) file_version: u64,
+    pub(crate) applies: u64,
+    pub(crate) rejected_edits: u64,
+    pub(crate) apps: Vec<AppSeries>,
     pub instances: Vec<InstanceSeries>,
     /// The instances that have a cgroup (leader pid, cgroup): measured by it.
-    pub cgroups: Vec<(i32, PathBuf)>,
+    pub(crate) cgroups: Vec<(i32, PathBuf)>,
 }
 
 /// One app's gauges.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AppSeries {
-    pub name: String,
+pub(crate) struct AppSeries {
+    pub(crate) name: String,
     /// `instances` in the file.
-    pub desired: u32,
+    pub(crate) desired: u32,
     /// Processes starting or ready.
-    pub running: u32,
+    pub(crate) running: u32,
     /// Ready instances of the current generation.
-    pub rollout_replaced: u32,
-    pub rollout_size: u32,
-    pub rollout_halted: bool,
+    pub(crate) rollout_replaced: u32,
+    pub(crate) rollout_size: u32,
+    pub(crate) rollout_halted: bool,
 }
 
 /// One slot of an app: its state and counters.
@@ -44,41 +44,41 @@ pub struct InstanceSeries {
     pub app: String,
     pub slot: u32,
     /// A process of the slot runs (starting or ready).
-    pub up: bool,
-    pub ready: bool,
+    pub(crate) up: bool,
+    pub(crate) ready: bool,
     /// With `health`: whether its last liveness check passed (`None` before
     /// the first answer, while not ready, or without `health`).
-    pub healthy: Option<bool>,
+    pub(crate) healthy: Option<bool>,
     /// Seconds since the slot's newest running process started.
-    pub uptime_s: Option<f64>,
+    pub(crate) uptime_s: Option<f64>,
     /// The leaders of its processes (two during a replacement).
-    pub pids: Vec<i32>,
+    pub(crate) pids: Vec<i32>,
     pub counts: SlotCounts,
 }
 
 /// A slot's CPU time and memory, measured.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SlotUsage {
+pub(crate) struct SlotUsage {
     /// The memory of its processes now (none without a process).
-    pub rss_bytes: Option<u64>,
+    pub(crate) rss_bytes: Option<u64>,
     /// CPU seconds used by the slot's processes, earlier ones included.
-    pub cpu_seconds: f64,
+    pub(crate) cpu_seconds: f64,
 }
 
 /// A snapshot with its measurements, ready to render.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Measured {
-    pub snapshot: Snapshot,
+pub(crate) struct Measured {
+    pub(crate) snapshot: Snapshot,
     /// One per `snapshot.instances`, in the same order.
-    pub usage: Vec<SlotUsage>,
+    pub(crate) usage: Vec<SlotUsage>,
     /// The supervisor's own resident memory.
-    pub supervisor_rss_bytes: Option<u64>,
+    pub(crate) supervisor_rss_bytes: Option<u64>,
 }
 
 /// The CPU time each slot's processes were last seen to have used, so a
 /// slot's total keeps what its ended processes had used.
 #[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
-pub struct CpuLedger {
+pub(crate) struct CpuLedger {
     /// As a list: JSON has no keys but strings.
     #[serde(with = "cpu_list")]
     slots: HashMap<(String, u32), SlotCpu>,
@@ -91,7 +91,7 @@ mod cpu_list {
 
     use super::SlotCpu;
 
-    pub fn serialize<S: Serializer>(
+    pub(crate) fn serialize<S: Serializer>(
         slots: &HashMap<(String, u32), SlotCpu>,
         serializer: S,
     ) -> Result<S::Ok, S::Error> {
@@ -99,7 +99,7 @@ mod cpu_list {
         list.serialize(serializer)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<HashMap<(String, u32), SlotCpu>, D::Error> {
         let list: Vec<((String, u32), SlotCpu)> = Vec::deserialize(deserializer)?;
@@ -118,7 +118,7 @@ struct SlotCpu {
 impl CpuLedger {
     /// Each slot's usage from `usage` (per leader pid; CPU in `ticks` per
     /// second), folding the processes no longer in a slot into its total.
-    pub fn account(
+    pub(crate) fn account(
         &mut self,
         instances: &[InstanceSeries],
         usage: &HashMap<i32, GroupUsage>,
@@ -159,7 +159,7 @@ impl CpuLedger {
 
 /// Measure `snapshot`: every instance's CPU time and memory (cgroups and a
 /// pass over /proc: call it off the loop thread) and the supervisor's own.
-pub fn measure(snapshot: Snapshot, ledger: &mut CpuLedger) -> Measured {
+pub(crate) fn measure(snapshot: Snapshot, ledger: &mut CpuLedger) -> Measured {
     let usage = effects::usage::all(&snapshot.cgroups);
     let ticks = effects::procfs::ticks_per_second();
     Measured {

@@ -15,7 +15,7 @@ use supervise_core::worker::{Decision, StopEnd};
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
 )]
-pub enum ExitReason {
+pub(crate) enum ExitReason {
     /// It exited on its own with code 0.
     ExitZero,
     /// It exited on its own with another code.
@@ -31,7 +31,7 @@ pub enum ExitReason {
 }
 
 impl ExitReason {
-    pub const ALL: [ExitReason; 6] = [
+    pub(crate) const ALL: [ExitReason; 6] = [
         ExitReason::ExitZero,
         ExitReason::ExitNonzero,
         ExitReason::Signal,
@@ -40,7 +40,7 @@ impl ExitReason {
         ExitReason::Killed,
     ];
 
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             ExitReason::ExitZero => "exit_zero",
             ExitReason::ExitNonzero => "exit_nonzero",
@@ -59,17 +59,17 @@ pub struct SlotCounts {
     /// replacements of a live instance (unhealthy, over `max_memory`): what
     /// `status` counts in `restarts`, but never reset by a rollout.
     pub restarts: u64,
-    pub exits: BTreeMap<ExitReason, u64>,
+    pub(crate) exits: BTreeMap<ExitReason, u64>,
 }
 
 /// The counters the shell keeps from the core's events, for `/metrics`
 /// (an upgrade hands them over: counters never go back).
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
-pub struct Tally {
+pub(crate) struct Tally {
     /// Versions of the file applied, the first one included.
-    pub applies: u64,
+    pub(crate) applies: u64,
     /// Edits refused (invalid or unreadable); the last good version ran on.
-    pub rejected_edits: u64,
+    pub(crate) rejected_edits: u64,
     /// As a list: JSON has no keys but strings.
     #[serde(with = "slot_list")]
     slots: HashMap<(String, u32), SlotCounts>,
@@ -82,7 +82,7 @@ mod slot_list {
 
     use super::SlotCounts;
 
-    pub fn serialize<S: Serializer>(
+    pub(crate) fn serialize<S: Serializer>(
         slots: &HashMap<(String, u32), SlotCounts>,
         serializer: S,
     ) -> Result<S::Ok, S::Error> {
@@ -90,7 +90,7 @@ mod slot_list {
         list.serialize(serializer)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<HashMap<(String, u32), SlotCounts>, D::Error> {
         let list: Vec<((String, u32), SlotCounts)> = Vec::deserialize(deserializer)?;
@@ -100,7 +100,7 @@ mod slot_list {
 
 impl Tally {
     /// Count what `event` says about restarts, exits and applied versions.
-    pub fn count(&mut self, event: &Event) {
+    pub(crate) fn count(&mut self, event: &Event) {
         match event {
             Event::Exited {
                 instance,
@@ -139,7 +139,7 @@ impl Tally {
     }
 
     /// The counters of slot `slot` of `app` (zero if nothing happened there).
-    pub fn slot(&self, app: &str, slot: u32) -> SlotCounts {
+    pub(crate) fn slot(&self, app: &str, slot: u32) -> SlotCounts {
         self.slots
             .get(&(app.to_string(), slot))
             .cloned()

@@ -52,7 +52,7 @@ pub enum Load {
 impl Loaded {
     /// Check what the watcher found in the file `shown` (on the watcher's
     /// thread: a slow user lookup never stalls the loop).
-    pub fn check(news: FileNews, shown: &Path) -> Loaded {
+    pub(crate) fn check(news: FileNews, shown: &Path) -> Loaded {
         match news {
             FileNews::Read {
                 trigger,

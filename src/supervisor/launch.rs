@@ -41,18 +41,18 @@ const EVENT_QUEUE: usize = 1024;
 /// Everything the loop starts from: the effects' set-up, the watcher
 /// (watching since before the first read), the claim on the runtime
 /// directory, and where the state comes from.
-pub struct Launch {
-    pub shown: String,
-    pub setup: Setup,
-    pub watcher: FileWatcher,
-    pub claim: Claim,
-    pub logs: Arc<LogHub>,
-    pub lineage: Lineage,
-    pub origin: Origin,
+pub(crate) struct Launch {
+    pub(crate) shown: String,
+    pub(crate) setup: Setup,
+    pub(crate) watcher: FileWatcher,
+    pub(crate) claim: Claim,
+    pub(crate) logs: Arc<LogHub>,
+    pub(crate) lineage: Lineage,
+    pub(crate) origin: Origin,
 }
 
 /// Where the loop's state comes from.
-pub enum Origin {
+pub(crate) enum Origin {
     /// A fresh start: the first version of the file (its sockets bound),
     /// read with this content hash, held under `identity`.
     Fresh {

@@ -21,10 +21,10 @@
 mod commands;
 mod execute;
 mod exits;
-pub mod file;
-pub mod launch;
+pub(crate) mod file;
+pub(crate) mod launch;
 mod readiness;
-pub mod report;
+pub(crate) mod report;
 mod run;
 mod shutdown;
 mod snapshot;
@@ -83,7 +83,7 @@ pub enum News {
 }
 
 /// The environment workers inherit: ours, without what describes *our* sockets.
-pub fn worker_base_env(
+pub(crate) fn worker_base_env(
     vars: impl IntoIterator<Item = (OsString, OsString)>,
 ) -> Vec<(OsString, OsString)> {
     vars.into_iter()

@@ -23,7 +23,7 @@ fn plural(n: usize, word: &str) -> String {
 }
 
 /// `800ms`, `1.2s`, `2m5s`: short and exact enough for a log line.
-pub fn short_duration(d: Duration) -> String {
+pub(crate) fn short_duration(d: Duration) -> String {
     if d < Duration::from_secs(1) {
         format!("{}ms", d.as_millis())
     } else if d < Duration::from_secs(60) {
@@ -70,7 +70,7 @@ fn exit_fields(exit: Exit) -> (Option<i32>, Option<&'static str>) {
 }
 
 /// The first version of the file is in force.
-pub fn first_applied(shown: &str, desired: &Desired) {
+pub(crate) fn first_applied(shown: &str, desired: &Desired) {
     let instances: u32 = desired.apps.iter().map(|a| a.instances).sum();
     info!(
         event = "applied",
@@ -83,7 +83,7 @@ pub fn first_applied(shown: &str, desired: &Desired) {
 }
 
 /// Leftovers of an exited leader's group were killed.
-pub fn group_killed(instance: &Instance, pid: i32, count: usize) {
+pub(crate) fn group_killed(instance: &Instance, pid: i32, count: usize) {
     warn!(
         event = "group_killed", app = %instance.app, slot = instance.slot, pid, count,
         "{}: killed {count} leftover processes of its group", label(instance)
@@ -91,7 +91,7 @@ pub fn group_killed(instance: &Instance, pid: i32, count: usize) {
 }
 
 /// A socket no app wants any more was closed.
-pub fn unlistening(closed: &SocketKey) {
+pub(crate) fn unlistening(closed: &SocketKey) {
     let address = &closed.address;
     match closed.slot {
         Some(slot) => {
@@ -102,7 +102,7 @@ pub fn unlistening(closed: &SocketKey) {
 }
 
 /// Log one event of the core.
-pub fn event(event: &Event, shown: &str) {
+pub(crate) fn event(event: &Event, shown: &str) {
     match event {
         Event::Spawned { .. }
         | Event::StartFailed { .. }

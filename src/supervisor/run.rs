@@ -39,7 +39,7 @@ use effects::{CheckAnswer, procfs, usage};
 use model::protocol::{Command, error_reply};
 
 /// The most messages of one kind taken before the core converges.
-pub const BATCH: usize = 4096;
+pub(crate) const BATCH: usize = 4096;
 /// How long the log files may take to be written at shutdown.
 const LOG_FILES_FINISH_WAIT: Duration = Duration::from_secs(5);
 /// How long to wait for the undertaker and the spawner to exit at shutdown.
@@ -49,29 +49,29 @@ const OUTPUT_FLUSH_WAIT: Duration = Duration::from_secs(1);
 /// Woken this much later than asked, the loop takes it for a stall of its
 /// own (stopped, paused, starved) and moves the deadlines that judge
 /// workers by as much. Far above a loaded machine's scheduling delay.
-pub const STALL_BEYOND: Duration = Duration::from_secs(1);
+pub(crate) const STALL_BEYOND: Duration = Duration::from_secs(1);
 
 /// The signals the loop takes.
 pub(super) struct Signals {
-    pub children: Signal,
-    pub interrupts: Signal,
-    pub terminates: Signal,
-    pub hangups: Signal,
-    pub user1: Signal,
-    pub user2: Signal,
+    pub(crate) children: Signal,
+    pub(crate) interrupts: Signal,
+    pub(crate) terminates: Signal,
+    pub(crate) hangups: Signal,
+    pub(crate) user1: Signal,
+    pub(crate) user2: Signal,
 }
 
 /// The queues the loop reads, besides the signals.
 pub(super) struct Inbox {
-    pub configs: mpsc::Receiver<Loaded>,
-    pub exec_reports: mpsc::Receiver<ExecReport>,
-    pub probes: mpsc::Receiver<i32>,
-    pub notifications: mpsc::Receiver<Notification>,
-    pub check_answers: mpsc::Receiver<CheckAnswer>,
-    pub memory: mpsc::Receiver<(u64, Vec<(i32, u64)>)>,
-    pub group_changes: mpsc::Receiver<()>,
-    pub control_requests: mpsc::Receiver<ControlRequest>,
-    pub snapshot_requests: mpsc::Receiver<SnapshotRequest>,
+    pub(crate) configs: mpsc::Receiver<Loaded>,
+    pub(crate) exec_reports: mpsc::Receiver<ExecReport>,
+    pub(crate) probes: mpsc::Receiver<i32>,
+    pub(crate) notifications: mpsc::Receiver<Notification>,
+    pub(crate) check_answers: mpsc::Receiver<CheckAnswer>,
+    pub(crate) memory: mpsc::Receiver<(u64, Vec<(i32, u64)>)>,
+    pub(crate) group_changes: mpsc::Receiver<()>,
+    pub(crate) control_requests: mpsc::Receiver<ControlRequest>,
+    pub(crate) snapshot_requests: mpsc::Receiver<SnapshotRequest>,
 }
 
 impl Inbox {
@@ -139,39 +139,39 @@ enum Order {
 /// The loop's state: the supervisor, its sources, and what the loop keeps
 /// for an upgrade (its sockets, its claim, its history).
 pub(super) struct Loop {
-    pub supervisor: Supervisor<System>,
-    pub signals: Signals,
-    pub inbox: Inbox,
-    pub rereader: Rereader,
-    pub claim: Claim,
-    pub metrics: Endpoint,
-    pub control_path: PathBuf,
+    pub(crate) supervisor: Supervisor<System>,
+    pub(crate) signals: Signals,
+    pub(crate) inbox: Inbox,
+    pub(crate) rereader: Rereader,
+    pub(crate) claim: Claim,
+    pub(crate) metrics: Endpoint,
+    pub(crate) control_path: PathBuf,
     /// The control listener and the notify socket (their fds, for an
     /// upgrade: the tasks serving them own them).
-    pub control: Option<RawFd>,
-    pub notify: Option<(RawFd, String)>,
-    pub lineage: Lineage,
+    pub(crate) control: Option<RawFd>,
+    pub(crate) notify: Option<(RawFd, String)>,
+    pub(crate) lineage: Lineage,
     /// The content hash and the identity of the last version of the file
     /// read: an upgrade's new image starts from them.
-    pub seen_hash: [u8; 32],
-    pub identity: Option<FileIdentity>,
-    pub logs: Arc<LogHub>,
+    pub(crate) seen_hash: [u8; 32],
+    pub(crate) identity: Option<FileIdentity>,
+    pub(crate) logs: Arc<LogHub>,
     /// An upgrade whose probe runs.
-    pub upgrade: Option<Upgrading>,
+    pub(crate) upgrade: Option<Upgrading>,
     /// When the last turn began (its wait returned): from then until the
     /// loop waits again, no task of ours reads news (the runtime has one
     /// thread), and a stall there is as deaf as one in the wait.
-    pub turn_began: Instant,
+    pub(crate) turn_began: Instant,
     /// The time the loop asked to be woken at, in its last wait.
-    pub asked: Instant,
+    pub(crate) asked: Instant,
     /// Wakes the loop when the wall clock is set: a turn, in which the core
     /// re-arms cron schedules on the new time.
-    pub clock_set: effects::clock_set::ClockSet,
+    pub(crate) clock_set: effects::clock_set::ClockSet,
 }
 
 impl Loop {
     /// Turn until every worker has stopped after SIGINT/SIGTERM.
-    pub async fn serve(&mut self) {
+    pub(crate) async fn serve(&mut self) {
         while !self.supervisor.finished() {
             let wake = self.wait().await;
             self.take(wake);
@@ -391,7 +391,7 @@ impl Loop {
 
     /// Every instance has stopped: what they printed last goes out, then
     /// the helpers are told to go and waited for.
-    pub async fn finish(self) {
+    pub(crate) async fn finish(self) {
         let Loop {
             supervisor,
             claim,

@@ -13,7 +13,7 @@ use supervise_core::Core;
 
 /// What [`Supervisor`] hands over, as written…
 #[derive(Serialize)]
-pub struct SupervisorStateRef<'a> {
+pub(crate) struct SupervisorStateRef<'a> {
     core: &'a Core,
     shown: &'a str,
     config_error: &'a Option<String>,
@@ -33,7 +33,7 @@ pub struct SupervisorState {
 
 impl<E: Effects> Supervisor<E> {
     /// The state to hand over. Call between two events (the core settled).
-    pub fn handover(&self) -> SupervisorStateRef<'_> {
+    pub(crate) fn handover(&self) -> SupervisorStateRef<'_> {
         SupervisorStateRef {
             core: &self.core,
             shown: &self.shown,
@@ -64,7 +64,7 @@ impl<E: Effects> Supervisor<E> {
     /// The upgrade stopped after the liveness checks that ran were abandoned
     /// for it (the state could not be written, or the exec failed): they are
     /// ordered again, as in a new image.
-    pub fn upgrade_abandoned(&mut self) {
+    pub(crate) fn upgrade_abandoned(&mut self) {
         self.resumed();
         let now = self.clock();
         self.settle(now);

@@ -41,15 +41,15 @@ const FLUSH_WAIT: Duration = Duration::from_secs(1);
 /// How long the new image may take from the exec to its loop before the
 /// undertaker takes it for hung and cleans up as after a crash (far above
 /// the restore of 1,000 instances' state)…
-pub const TAKEOVER_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const TAKEOVER_TIMEOUT: Duration = Duration::from_secs(30);
 /// …unless this environment variable says otherwise (a duration: `2s`).
-pub const TAKEOVER_TIMEOUT_ENV: &str = "SUPERVISE_TAKEOVER_TIMEOUT";
+pub(crate) const TAKEOVER_TIMEOUT_ENV: &str = "SUPERVISE_TAKEOVER_TIMEOUT";
 /// The probe's deadline ([`effects::upgrade::probe::PROBE_TIMEOUT`]) may be set the same way
 /// (longer on a loaded machine, say).
-pub const PROBE_TIMEOUT_ENV: &str = "SUPERVISE_PROBE_TIMEOUT";
+pub(crate) const PROBE_TIMEOUT_ENV: &str = "SUPERVISE_PROBE_TIMEOUT";
 /// The shortest either may be set to (shorter, a sound new image would be
 /// refused or killed).
-pub const MIN_UPGRADE_TIMEOUT: Duration = Duration::from_secs(1);
+pub(crate) const MIN_UPGRADE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The duration in the environment variable `name`, or `default` when it is
 /// unset or not a duration of at least [`MIN_UPGRADE_TIMEOUT`] (said).
@@ -75,22 +75,22 @@ fn timeout_from_env(name: &str, default: Duration) -> Duration {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ShellState {
     /// The control listener, when there is one.
-    pub control: Option<RawFd>,
+    pub(crate) control: Option<RawFd>,
     /// The notify socket and its `NOTIFY_SOCKET` value.
-    pub notify: Option<(RawFd, String)>,
-    pub claim: ClaimState,
+    pub(crate) notify: Option<(RawFd, String)>,
+    pub(crate) claim: ClaimState,
     /// The connection of the client that asked for the upgrade.
-    pub client: Option<RawFd>,
+    pub(crate) client: Option<RawFd>,
     /// What `upgrade` runs without `--binary`: the path the first image
     /// was started from.
-    pub default_binary: PathBuf,
-    pub started_at: SystemTime,
-    pub upgrades: u32,
+    pub(crate) default_binary: PathBuf,
+    pub(crate) started_at: SystemTime,
+    pub(crate) upgrades: u32,
     /// The content hash of the last version of the file read (valid or
     /// not): an edit made since is applied by the new image.
-    pub seen_hash: [u8; 32],
-    pub identity: Option<FileIdentity>,
-    pub metrics: crate::metrics::endpoint::MetricsState,
+    pub(crate) seen_hash: [u8; 32],
+    pub(crate) identity: Option<FileIdentity>,
+    pub(crate) metrics: crate::metrics::endpoint::MetricsState,
 }
 
 impl KeptOpen for ShellState {
@@ -107,15 +107,15 @@ impl KeptOpen for ShellState {
 
 /// The supervisor's own history, for `status` and the next upgrade.
 #[derive(Debug, Clone)]
-pub struct Lineage {
-    pub default_binary: PathBuf,
-    pub started_at: SystemTime,
-    pub upgrades: u32,
+pub(crate) struct Lineage {
+    pub(crate) default_binary: PathBuf,
+    pub(crate) started_at: SystemTime,
+    pub(crate) upgrades: u32,
 }
 
 impl Lineage {
     /// For `status`.
-    pub fn describe(&self) -> model::protocol::SupervisorInfo {
+    pub(crate) fn describe(&self) -> model::protocol::SupervisorInfo {
         model::protocol::SupervisorInfo {
             pid: std::process::id(),
             version: upgrade::VERSION.to_string(),
@@ -145,15 +145,15 @@ pub trait Shell {
 
 /// The real loop's part: its sockets, its claim on the runtime directory,
 /// its history, the file's last version seen.
-pub struct LoopShell {
-    pub control: Option<RawFd>,
-    pub notify: Option<(RawFd, String)>,
-    pub claim: ClaimState,
-    pub lineage: Lineage,
-    pub seen_hash: [u8; 32],
-    pub identity: Option<FileIdentity>,
-    pub logs: std::sync::Arc<LogHub>,
-    pub metrics: crate::metrics::endpoint::MetricsState,
+pub(crate) struct LoopShell {
+    pub(crate) control: Option<RawFd>,
+    pub(crate) notify: Option<(RawFd, String)>,
+    pub(crate) claim: ClaimState,
+    pub(crate) lineage: Lineage,
+    pub(crate) seen_hash: [u8; 32],
+    pub(crate) identity: Option<FileIdentity>,
+    pub(crate) logs: std::sync::Arc<LogHub>,
+    pub(crate) metrics: crate::metrics::endpoint::MetricsState,
 }
 
 impl Shell for LoopShell {
@@ -226,13 +226,13 @@ pub struct Upgrading {
 
 impl Upgrading {
     /// When to look again if nothing happens (the probe's deadline).
-    pub fn deadline(&self) -> Instant {
+    pub(crate) fn deadline(&self) -> Instant {
         self.deadline
     }
 
     /// Once the probe said something that may be enough to judge it
     /// (pending once it will say nothing more).
-    pub async fn heard(&mut self) {
+    pub(crate) async fn heard(&mut self) {
         if !self.silent && self.said.changed().await.is_ok() {
             return;
         }
@@ -427,7 +427,10 @@ pub fn progress<E: Effects>(
 }
 
 /// The loop shuts down: an upgrade under way is refused.
-pub fn cancel<E: Effects>(upgrading: &mut Option<Upgrading>, supervisor: &mut Supervisor<E>) {
+pub(crate) fn cancel<E: Effects>(
+    upgrading: &mut Option<Upgrading>,
+    supervisor: &mut Supervisor<E>,
+) {
     if let Some(done) = upgrading.take() {
         supervisor.effects_mut().abandon_probe();
         refuse(done.client, &done.binary, "the supervisor is shutting down");
@@ -523,7 +526,7 @@ pub fn resume_probes<E: Effects>(supervisor: &mut Supervisor<E>) {
 
 /// After an upgrade, in the new image: say so, and answer the client.
 /// `lost`: workers found no longer ours (see `child_lost`).
-pub fn announce(
+pub(crate) fn announce(
     client: Option<RawFd>,
     from_version: &str,
     requested_at: u64,

@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 pub const FORMAT: u32 = 1;
 /// The largest state read (the output rings dominate: 256 KiB per
 /// instance at most).
-pub const MAX_STATE_BYTES: usize = 1 << 30;
+pub(crate) const MAX_STATE_BYTES: usize = 1 << 30;
 /// This binary's version, as `status` and the `upgraded` event show it.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -44,19 +44,19 @@ pub struct Handover<
     X = effects::system::SystemState,
     L = crate::supervisor::upgrading::ShellState,
 > {
-    pub format: u32,
+    pub(crate) format: u32,
     /// The format of the serialized core ([`supervise_core::STATE_VERSION`]).
-    pub core_format: u32,
+    pub(crate) core_format: u32,
     /// The version of the image that wrote it.
-    pub from_version: String,
+    pub(crate) from_version: String,
     /// When the upgrade was asked for (CLOCK_MONOTONIC nanoseconds), for
     /// `took_ms`.
-    pub requested_at: u64,
+    pub(crate) requested_at: u64,
     pub supervisor: S,
     pub system: X,
-    pub shell: L,
+    pub(crate) shell: L,
     /// The last lines of every instance (`supervise logs`).
-    pub rings: effects::output::rings::RingsState,
+    pub(crate) rings: effects::output::rings::RingsState,
 }
 
 /// Why a state cannot be handed over, or read.
@@ -113,7 +113,7 @@ impl<S: DeserializeOwned, X: DeserializeOwned, L: DeserializeOwned> Handover<S, 
 
 impl<S, X: KeptOpen, L: KeptOpen> Handover<S, X, L> {
     /// Every fd the state names; each once.
-    pub fn fds(&self) -> Vec<RawFd> {
+    pub(crate) fn fds(&self) -> Vec<RawFd> {
         let mut fds = self.system.kept_open();
         fds.extend(self.shell.kept_open());
         fds
@@ -140,7 +140,7 @@ impl<S: Serialize, X: Serialize, L: Serialize> Handover<S, X, L> {
     /// The state as the next image reads it: refused when larger than it
     /// reads ([`MAX_STATE_BYTES`]), which it would find only after the exec,
     /// with nothing left to go back to.
-    pub fn encode(&self) -> Result<Vec<u8>, StateError> {
+    pub(crate) fn encode(&self) -> Result<Vec<u8>, StateError> {
         let bytes = serde_json::to_vec(self).map_err(|e| StateError::Unwritable(e.to_string()))?;
         readable(bytes, MAX_STATE_BYTES)
     }

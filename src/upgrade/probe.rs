@@ -23,16 +23,16 @@ use model::process::Exit;
 use super::{FORMAT, Handover, MAX_STATE_BYTES, VERSION};
 
 /// The longest version a probe may answer (`1.2.3-rc.1+build.5`, with room).
-pub const MAX_VERSION_BYTES: usize = 64;
+pub(crate) const MAX_VERSION_BYTES: usize = 64;
 
 /// The answer of a probe that answered.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
-pub struct ProbeAnswer {
-    pub ok: bool,
+pub(crate) struct ProbeAnswer {
+    pub(crate) ok: bool,
     /// As the new binary said it (checked: printable ASCII, bounded).
-    pub version: String,
+    pub(crate) version: String,
     /// The format of the state it read.
-    pub format: u32,
+    pub(crate) format: u32,
 }
 
 /// A version fit for the log: 1 to [`MAX_VERSION_BYTES`] printable ASCII
@@ -44,7 +44,11 @@ fn plain_version(version: &str) -> bool {
 
 /// Whether the probe answered: it exited 0 after a line that says so, of the
 /// format this image wrote, with a plain version.
-pub fn verdict(binary: &Path, ended: ProbeEnd, said: &ProbeOutput) -> Result<ProbeAnswer, String> {
+pub(crate) fn verdict(
+    binary: &Path,
+    ended: ProbeEnd,
+    said: &ProbeOutput,
+) -> Result<ProbeAnswer, String> {
     let binary = binary.display();
     let stderr = said.stderr.echo();
     let why = if stderr.is_empty() {

@@ -9,7 +9,7 @@ use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
 use std::time::{Duration, Instant};
 
 /// A thread that does `Job`s one at a time and hands back their outcomes.
-pub struct Background<Job, Outcome> {
+pub(crate) struct Background<Job, Outcome> {
     jobs: SyncSender<Job>,
     outcomes: Receiver<Outcome>,
     /// Since when a job is being done (`None`: idle).
@@ -20,7 +20,7 @@ impl<Job: Send + 'static, Outcome: Send + 'static> Background<Job, Outcome> {
     /// Start a thread named `name` that answers each job with `work`. It
     /// ends when this is dropped (or with the process: a job stuck on a
     /// silent supervisor is not waited for).
-    pub fn spawn(
+    pub(crate) fn spawn(
         name: &str,
         work: impl Fn(Job) -> Outcome + Send + 'static,
     ) -> std::io::Result<Background<Job, Outcome>> {
@@ -44,7 +44,7 @@ impl<Job: Send + 'static, Outcome: Send + 'static> Background<Job, Outcome> {
     }
 
     /// Hand over `job` if the thread is idle (false: busy, or gone).
-    pub fn offer(&mut self, job: Job) -> bool {
+    pub(crate) fn offer(&mut self, job: Job) -> bool {
         if self.busy_since.is_some() {
             return false;
         }
@@ -56,7 +56,7 @@ impl<Job: Send + 'static, Outcome: Send + 'static> Background<Job, Outcome> {
     }
 
     /// The outcome of the job, once done.
-    pub fn take(&mut self) -> Option<Outcome> {
+    pub(crate) fn take(&mut self) -> Option<Outcome> {
         match self.outcomes.try_recv() {
             Ok(outcome) => {
                 self.busy_since = None;
@@ -67,7 +67,7 @@ impl<Job: Send + 'static, Outcome: Send + 'static> Background<Job, Outcome> {
     }
 
     /// How long the current job has been going (`None`: idle).
-    pub fn busy_for(&self) -> Option<Duration> {
+    pub(crate) fn busy_for(&self) -> Option<Duration> {
         self.busy_since.map(|since| since.elapsed())
     }
 }

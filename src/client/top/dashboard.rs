@@ -16,22 +16,22 @@ use effects::output::terminal::{Tab, printable};
 
 /// The most log lines asked for at once (for the pane's height; an app's
 /// share per instance is this divided among them, at least one each).
-pub const LOG_LINES_MAX: usize = 200;
+pub(crate) const LOG_LINES_MAX: usize = 200;
 /// A log line longer than this is cut (the pane is one line high per line).
-pub const LOG_LINE_CHARS_MAX: usize = 1000;
+pub(crate) const LOG_LINE_CHARS_MAX: usize = 1000;
 /// The longest filter one can type: it is matched against every row.
-pub const FILTER_CHARS_MAX: usize = 64;
+pub(crate) const FILTER_CHARS_MAX: usize = 64;
 
 /// What an action key applies to: the selected instance, or its whole app.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scope {
+pub(crate) enum Scope {
     Instance,
     App,
 }
 
 /// The control commands the keys give.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     /// A rolling replacement; always of the whole app.
     Reload,
     Restart,
@@ -40,7 +40,7 @@ pub enum Action {
 }
 
 impl Action {
-    pub fn verb(self) -> &'static str {
+    pub(crate) fn verb(self) -> &'static str {
         match self {
             Action::Reload => "reload",
             Action::Restart => "restart",
@@ -50,7 +50,7 @@ impl Action {
     }
 
     /// What the action applies to for `row` in `scope`: `web.2` or `web`.
-    pub fn target(self, row: &InstanceRow, scope: Scope) -> String {
+    pub(crate) fn target(self, row: &InstanceRow, scope: Scope) -> String {
         match (self, scope) {
             (Action::Reload, _) | (_, Scope::App) => row.app.clone(),
             (_, Scope::Instance) => row.target(),
@@ -69,13 +69,13 @@ impl Action {
 
 /// An action waiting for its `y`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Confirmation {
-    pub action: Action,
-    pub target: String,
+pub(crate) struct Confirmation {
+    pub(crate) action: Action,
+    pub(crate) target: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     Browse,
     /// Typing a filter after `/`.
     Filter,
@@ -84,7 +84,7 @@ pub enum Mode {
 
 /// What the loop must do after a key.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Effect {
+pub(crate) enum Effect {
     Nothing,
     /// Something shown changed.
     Redraw,
@@ -98,14 +98,14 @@ pub enum Effect {
 
 /// The line under the table: the last command's reply or error.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Notice {
-    pub text: String,
-    pub error: bool,
+pub(crate) struct Notice {
+    pub(crate) text: String,
+    pub(crate) error: bool,
 }
 
 /// Whether the last status request was answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Link {
+pub(crate) enum Link {
     /// No answer yet (at the start).
     Connecting,
     Up,
@@ -115,35 +115,35 @@ pub enum Link {
 
 /// The tail of the selection's output.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LogPane {
+pub(crate) struct LogPane {
     /// What the lines are of: `web.2` or `web`.
-    pub target: Option<String>,
-    pub lines: Vec<String>,
-    pub error: Option<String>,
+    pub(crate) target: Option<String>,
+    pub(crate) lines: Vec<String>,
+    pub(crate) error: Option<String>,
 }
 
 /// A log tail to ask for: `lines` per instance of `target`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogRequest {
-    pub target: String,
-    pub lines: usize,
+pub(crate) struct LogRequest {
+    pub(crate) target: String,
+    pub(crate) lines: usize,
 }
 
 /// Everything `top` shows.
 #[derive(Debug, Clone)]
-pub struct Dashboard {
-    pub table: Table,
-    pub mode: Mode,
-    pub scope: Scope,
+pub(crate) struct Dashboard {
+    pub(crate) table: Table,
+    pub(crate) mode: Mode,
+    pub(crate) scope: Scope,
     /// The filter as being typed (applied at each key).
-    pub filter_input: String,
+    pub(crate) filter_input: String,
     /// The file, its version, and rollouts in progress, from the last status.
-    pub header: Option<String>,
-    pub link: Link,
-    pub notice: Option<Notice>,
-    pub logs: LogPane,
+    pub(crate) header: Option<String>,
+    pub(crate) link: Link,
+    pub(crate) notice: Option<Notice>,
+    pub(crate) logs: LogPane,
     /// Whole seconds the status request now out has waited, once it is long.
-    pub silence_s: Option<u64>,
+    pub(crate) silence_s: Option<u64>,
 }
 
 impl Default for Dashboard {
@@ -167,7 +167,7 @@ const PAGE_ROWS: isize = 10;
 
 impl Dashboard {
     /// Answer one key.
-    pub fn handle_key(&mut self, key: KeyEvent) -> Effect {
+    pub(crate) fn handle_key(&mut self, key: KeyEvent) -> Effect {
         // Releases and repeats (kitty's protocol) are not presses.
         if key.kind == KeyEventKind::Release {
             return Effect::Nothing;
@@ -284,7 +284,7 @@ impl Dashboard {
     }
 
     /// A status request was answered, or failed.
-    pub fn on_status(&mut self, status: Result<StatusReply, Failure>) {
+    pub(crate) fn on_status(&mut self, status: Result<StatusReply, Failure>) {
         match status {
             Ok(status) => {
                 self.table.update(&status);
@@ -303,7 +303,11 @@ impl Dashboard {
     }
 
     /// The reply to a command sent for a key (`description`: `restart web.2`).
-    pub fn on_action(&mut self, description: &str, reply: Result<serde_json::Value, Failure>) {
+    pub(crate) fn on_action(
+        &mut self,
+        description: &str,
+        reply: Result<serde_json::Value, Failure>,
+    ) {
         self.notice = Some(match reply {
             Ok(reply) => {
                 let said = match (reply["message"].as_str(), reply["apps"].as_array()) {
@@ -330,13 +334,13 @@ impl Dashboard {
     }
 
     /// A command not sent (another is still out).
-    pub fn on_action_refused(&mut self, text: String) {
+    pub(crate) fn on_action_refused(&mut self, text: String) {
         self.notice = Some(Notice { text, error: true });
     }
 
     /// How long the supervisor has not answered `status` (`None`: it has,
     /// or not for long); whether what is shown changed.
-    pub fn set_silence(&mut self, silence: Option<std::time::Duration>) -> bool {
+    pub(crate) fn set_silence(&mut self, silence: Option<std::time::Duration>) -> bool {
         let silence_s = silence.map(|s| s.as_secs());
         let changed = silence_s != self.silence_s;
         self.silence_s = silence_s;
@@ -345,7 +349,7 @@ impl Dashboard {
 
     /// The tail to ask for now, for a pane `pane_lines` high: the selected
     /// instance's, or (app scope) an equal share of it for each instance.
-    pub fn log_request(&self, pane_lines: usize) -> Option<LogRequest> {
+    pub(crate) fn log_request(&self, pane_lines: usize) -> Option<LogRequest> {
         if pane_lines == 0 {
             return None;
         }
@@ -367,7 +371,7 @@ impl Dashboard {
     }
 
     /// A log tail came (`lines`: `(slot, line)` in the supervisor's order).
-    pub fn on_logs(&mut self, target: &str, lines: Result<Vec<(u32, String)>, Failure>) {
+    pub(crate) fn on_logs(&mut self, target: &str, lines: Result<Vec<(u32, String)>, Failure>) {
         // An app's name has no dot: `web` is a whole app, `web.2` an instance.
         let per_app = !target.contains('.');
         match lines {

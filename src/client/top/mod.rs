@@ -47,13 +47,13 @@ use crate::cli::exit;
 use ::model::protocol::{Command, StatusReply};
 
 /// The most frames drawn, and status requests sent, per second.
-pub const REDRAWS_PER_SECOND: u32 = 2;
+pub(crate) const REDRAWS_PER_SECOND: u32 = 2;
 /// The shortest time between two frames (and two status requests).
-pub const FRAME_INTERVAL: Duration = Duration::from_millis(1000 / REDRAWS_PER_SECOND as u64);
+pub(crate) const FRAME_INTERVAL: Duration = Duration::from_millis(1000 / REDRAWS_PER_SECOND as u64);
 /// How often the selection's log tail is asked for again.
-pub const LOG_REFRESH: Duration = Duration::from_secs(1);
+pub(crate) const LOG_REFRESH: Duration = Duration::from_secs(1);
 /// The longest one log tail may take in all (each line is bounded too).
-pub const LOG_FETCH_LIMIT: Duration = REPLY_TIMEOUT;
+pub(crate) const LOG_FETCH_LIMIT: Duration = REPLY_TIMEOUT;
 /// After this long without an answer to `status`, the header says so.
 const SILENCE_SHOWN_AFTER: Duration = Duration::from_secs(1);
 

@@ -14,16 +14,16 @@ use ::model::protocol::{StatusReply, WorkerStatus};
 
 /// One instance, with the values the table shows and sorts by.
 #[derive(Debug, Clone, PartialEq)]
-pub struct InstanceRow {
-    pub app: String,
-    pub slot: u32,
-    pub pid: Option<i32>,
-    pub state: String,
-    pub health: Option<String>,
-    pub cpu_percent: Option<f64>,
-    pub rss_bytes: Option<u64>,
-    pub restarts: u32,
-    pub uptime_s: Option<f64>,
+pub(crate) struct InstanceRow {
+    pub(crate) app: String,
+    pub(crate) slot: u32,
+    pub(crate) pid: Option<i32>,
+    pub(crate) state: String,
+    pub(crate) health: Option<String>,
+    pub(crate) cpu_percent: Option<f64>,
+    pub(crate) rss_bytes: Option<u64>,
+    pub(crate) restarts: u32,
+    pub(crate) uptime_s: Option<f64>,
 }
 
 impl InstanceRow {
@@ -45,12 +45,12 @@ impl InstanceRow {
     }
 
     /// `web.2`: the instance, as the control commands name it.
-    pub fn target(&self) -> String {
+    pub(crate) fn target(&self) -> String {
         format!("{}.{}", self.app, self.slot)
     }
 
     /// One cell as shown: `-` where there is no value (no process).
-    pub fn cell(&self, column: Column) -> String {
+    pub(crate) fn cell(&self, column: Column) -> String {
         let dash = || "-".to_string();
         match column {
             Column::Instance => self.target(),
@@ -78,7 +78,7 @@ impl InstanceRow {
 
 /// The columns, in the order shown; each can be the sort column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Column {
+pub(crate) enum Column {
     Instance,
     Pid,
     State,
@@ -90,7 +90,7 @@ pub enum Column {
 }
 
 impl Column {
-    pub const ALL: [Column; 8] = [
+    pub(crate) const ALL: [Column; 8] = [
         Column::Instance,
         Column::Pid,
         Column::State,
@@ -101,7 +101,7 @@ impl Column {
         Column::Uptime,
     ];
 
-    pub fn title(self) -> &'static str {
+    pub(crate) fn title(self) -> &'static str {
         match self {
             Column::Instance => "instance",
             Column::Pid => "pid",
@@ -165,15 +165,15 @@ impl Column {
 
 /// Which column orders the rows, and which way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Sort {
-    pub column: Column,
+pub(crate) struct Sort {
+    pub(crate) column: Column,
     /// Largest (or last) first.
-    pub descending: bool,
+    pub(crate) descending: bool,
 }
 
 /// The rows of the last status, filtered and sorted, and the selection.
 #[derive(Debug, Clone)]
-pub struct Table {
+pub(crate) struct Table {
     rows: Vec<InstanceRow>,
     /// Indices into `rows` of the rows shown, in the order shown.
     shown: Vec<usize>,
@@ -205,7 +205,7 @@ impl Default for Table {
 
 impl Table {
     /// Replace the rows with those of `status`, keeping sort, filter and selection.
-    pub fn update(&mut self, status: &StatusReply) {
+    pub(crate) fn update(&mut self, status: &StatusReply) {
         self.rows = status
             .apps
             .iter()
@@ -214,58 +214,58 @@ impl Table {
         self.reshow();
     }
 
-    pub fn sort(&self) -> Sort {
+    pub(crate) fn sort(&self) -> Sort {
         self.sort
     }
 
     /// Sort by the next column (or the previous one), keeping the direction.
-    pub fn cycle_sort(&mut self, forward: bool) {
+    pub(crate) fn cycle_sort(&mut self, forward: bool) {
         self.sort.column = self.sort.column.step(forward);
         self.reshow();
     }
 
-    pub fn reverse(&mut self) {
+    pub(crate) fn reverse(&mut self) {
         self.sort.descending = !self.sort.descending;
         self.reshow();
     }
 
-    pub fn filter(&self) -> &str {
+    pub(crate) fn filter(&self) -> &str {
         &self.filter
     }
 
-    pub fn set_filter(&mut self, filter: &str) {
+    pub(crate) fn set_filter(&mut self, filter: &str) {
         self.filter = filter.to_string();
         self.reshow();
     }
 
     /// Every instance of the last status, shown or not.
-    pub fn total(&self) -> usize {
+    pub(crate) fn total(&self) -> usize {
         self.rows.len()
     }
 
     /// How many instances `app` has, shown or not.
-    pub fn instances_of(&self, app: &str) -> usize {
+    pub(crate) fn instances_of(&self, app: &str) -> usize {
         self.rows.iter().filter(|r| r.app == app).count()
     }
 
     /// The rows shown, in order.
-    pub fn shown(&self) -> impl ExactSizeIterator<Item = &InstanceRow> {
+    pub(crate) fn shown(&self) -> impl ExactSizeIterator<Item = &InstanceRow> {
         self.shown.iter().map(|i| &self.rows[*i])
     }
 
     /// The selected row's position among those shown.
-    pub fn selected_index(&self) -> Option<usize> {
+    pub(crate) fn selected_index(&self) -> Option<usize> {
         self.selected.as_ref().map(|_| self.selected_position)
     }
 
-    pub fn selected(&self) -> Option<&InstanceRow> {
+    pub(crate) fn selected(&self) -> Option<&InstanceRow> {
         self.selected_index()
             .and_then(|i| self.shown.get(i))
             .map(|i| &self.rows[*i])
     }
 
     /// Move the selection by `delta` rows, stopping at either end.
-    pub fn move_selection(&mut self, delta: isize) {
+    pub(crate) fn move_selection(&mut self, delta: isize) {
         if self.shown.is_empty() {
             return;
         }
@@ -277,11 +277,11 @@ impl Table {
         self.select_position(position);
     }
 
-    pub fn select_first(&mut self) {
+    pub(crate) fn select_first(&mut self) {
         self.move_selection(isize::MIN);
     }
 
-    pub fn select_last(&mut self) {
+    pub(crate) fn select_last(&mut self) {
         self.move_selection(isize::MAX);
     }
 

@@ -43,7 +43,7 @@ extern "C" fn on_quit_signal(_: libc::c_int) {
 }
 
 /// Whether SIGTERM, SIGHUP or SIGINT came since the screen was taken.
-pub fn quit_signalled() -> bool {
+pub(crate) fn quit_signalled() -> bool {
     QUIT_SIGNAL.load(Ordering::SeqCst)
 }
 
@@ -93,13 +93,13 @@ fn watch_for_hangup() -> io::Result<()> {
 }
 
 /// The terminal, taken over; given back when dropped.
-pub struct Screen {
-    pub terminal: Terminal<CrosstermBackend<Stdout>>,
+pub(crate) struct Screen {
+    pub(crate) terminal: Terminal<CrosstermBackend<Stdout>>,
 }
 
 impl Screen {
     /// Raw mode, the alternate screen, a hidden cursor; quit signals caught.
-    pub fn take() -> io::Result<Screen> {
+    pub(crate) fn take() -> io::Result<Screen> {
         PANIC_HOOK.call_once(|| {
             let previous = std::panic::take_hook();
             std::panic::set_hook(Box::new(move |info| {

@@ -68,14 +68,14 @@ fn areas(area: Rect) -> Areas {
 }
 
 /// How many log lines the pane shows in a terminal of `area`.
-pub fn log_pane_lines(area: Rect) -> usize {
+pub(crate) fn log_pane_lines(area: Rect) -> usize {
     // Less its two borders.
     usize::from(areas(area).logs.height.saturating_sub(2))
 }
 
 /// Draw the whole dashboard. `table_state` keeps the table's scroll offset
 /// from one frame to the next.
-pub fn draw(frame: &mut Frame, dashboard: &Dashboard, table_state: &mut TableState) {
+pub(crate) fn draw(frame: &mut Frame, dashboard: &Dashboard, table_state: &mut TableState) {
     let areas = areas(frame.area());
     frame.render_widget(header(dashboard), areas.header);
     draw_table(frame, dashboard, table_state, areas.table);
