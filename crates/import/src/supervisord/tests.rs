@@ -1,3 +1,7 @@
+use serde_json::json;
+
+use super::expand::{Expansions, expand};
+use super::program::{INSTANCE_MARK, MAX_WINDOW_SECS};
 use super::*;
 use crate::outcome::Outcome;
 
