@@ -13,43 +13,47 @@
 //! always learns *why* a process ended.
 //!
 //! What an upgrade hands over and takes back is in [`handover`].
+//!
+//! This file holds what the real effects are made of and where each call
+//! of [`Effects`] goes: the short ones are answered here, the others in the
+//! file of what they do: [`spawning`] (a worker and what it gets, tracked
+//! while it lives), [`reaping`] (every child's end, sorted out),
+//! [`probes`] (readiness probes, liveness checks, memory measurements) and
+//! [`shutdown`] (what is killed, drained and handed back at the end).
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use model::Signal;
-use tokio::io::Interest;
-use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
-use tracing::{error, warn};
+use tracing::warn;
 
 mod handover;
+mod probes;
+mod reaping;
+mod shutdown;
+mod spawning;
 
 pub use handover::{ExecState, SystemState};
 
-use super::checks::{Checks, Launcher};
+use super::checks::Checks;
 use super::groups::Groups;
 use super::logfile::LogFiles;
 use super::output::LogHub;
-use super::output::{self, LogFormat, LogSink, Source, Stream};
-use super::probe;
+use super::output::{self, LogFormat, LogSink};
 use super::sockets::{BindError, SocketRegistry};
-use super::spawn::{self, ExecStatus, SpawnRequest, Spawner};
+use super::spawn::{ExecStatus, Spawner};
 use super::systemd::SystemdNotifier;
 use super::tracking::Tracking;
 use super::transient::Transient;
 use super::undertaker::Undertaker;
-use super::usage;
 use super::{CheckAnswer, Effects, Reaped, SpawnFailure};
 use model::orders::{CheckOrder, SpawnOrder};
-use model::process::{Exit, StartError, StartStage};
+use model::process::{Exit, StartError};
 use model::spec::{ListenAddress, Readiness, SocketKey};
-
-/// How long the last reap of killed adopted processes may take at shutdown.
-const ADOPTED_REAP_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// A process's exec status, as the watch task read it: `(pid, status)`.
 pub type ExecReport = (i32, ExecStatus);
@@ -164,28 +168,6 @@ impl System {
         }
     }
 
-    fn start_pump(
-        &self,
-        fd: OwnedFd,
-        source: Source,
-        stream: Stream,
-        splitter: output::LineSplitter,
-    ) {
-        tokio::spawn(output::pump(
-            fd,
-            source,
-            stream,
-            output::Destinations {
-                sink: self.setup.sink.clone(),
-                logs: self.setup.logs.clone(),
-                files: self.setup.files.clone(),
-                format: self.setup.format,
-            },
-            splitter,
-            self.pumps.clone(),
-        ));
-    }
-
     /// Workers with `ready: notify` get `NOTIFY_SOCKET=value` from now on.
     pub fn set_notify_socket(&mut self, value: OsString) {
         self.notify_env = Some(value);
@@ -205,111 +187,6 @@ impl System {
     pub fn cgroups(&self) -> Vec<(i32, std::path::PathBuf)> {
         self.groups.cgroups()
     }
-
-    /// Shutdown, every instance stopped: SIGKILL and reap whatever descendant
-    /// of a worker is still around (an adopted daemon, a token carrier).
-    pub fn kill_adopted(&mut self) {
-        let mut known: HashSet<i32> = self.processes.keys().copied().collect();
-        known.insert(self.setup.undertaker.pid());
-        known.extend(self.setup.spawner.pid());
-        let count = self.groups.kill_adopted(&known);
-        if count > 0 {
-            warn!(
-                event = "adopted_killed",
-                count, "killed {count} leftover descendants of workers"
-            );
-        }
-        // Reap them: SIGKILL is quick, but bounded all the same.
-        let deadline = Instant::now() + ADOPTED_REAP_WAIT;
-        let mut left = self.groups.to_reap();
-        while left > 0 && Instant::now() < deadline {
-            let mut status = 0;
-            // SAFETY: waitpid with a valid status pointer; -1 = any child.
-            match unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) } {
-                pid if pid > 0 => left = left.saturating_sub(1),
-                0 => std::thread::sleep(std::time::Duration::from_millis(5)),
-                _ => break,
-            }
-        }
-    }
-
-    /// Everything stopped: dismiss the undertaker and the spawner (each exits
-    /// when its socket or pipe closes) and return their pids for a last reap,
-    /// with the output queue and the tracking to tear down.
-    /// At exit: until the stopped workers' last output is read (bounded by
-    /// [`output::OUTPUT_DRAIN_WAIT`]).
-    pub async fn output_finished(&self) {
-        self.pumps.finished(output::OUTPUT_DRAIN_WAIT).await;
-    }
-
-    pub fn finish(self) -> (Vec<i32>, LogSink, Tracking) {
-        let System { setup, .. } = self;
-        let mut helpers: Vec<i32> = setup.spawner.pid().into_iter().collect();
-        drop(setup.spawner);
-        helpers.push(setup.undertaker.dismiss());
-        (helpers, setup.sink, setup.tracking)
-    }
-
-    fn untrack(&mut self, pid: i32) {
-        if let Some(tracked) = self.processes.remove(&pid)
-            && let Some(probe) = tracked.probe
-        {
-            probe.abort();
-        }
-    }
-
-    /// Watch the exec-status pipe of `pid`; `Exec::Known` at once when it
-    /// cannot be watched (then the program is taken to run).
-    fn watch_exec(&self, pid: i32, status: OwnedFd) -> Exec {
-        let status = Arc::new(status);
-        let kept = Arc::clone(&status);
-        // SAFETY: an OwnedFd stays open and names the same pipe for as long
-        // as the AsyncFd (which shares it) lives.
-        match unsafe { AsyncFd::register_with_interest(status, Interest::READABLE) } {
-            Ok(fd) => {
-                let report = self.reports.exec.clone();
-                tokio::spawn(async move {
-                    let status = loop {
-                        let Ok(mut guard) = fd.readable().await else {
-                            break ExecStatus::Succeeded;
-                        };
-                        match spawn::read_status(fd.get_ref()) {
-                            ExecStatus::Pending => guard.clear_ready(),
-                            done => break done,
-                        }
-                    };
-                    let _ = report.send((pid, status)).await;
-                });
-                Exec::Watching(kept)
-            }
-            Err(error) => {
-                warn!("cannot watch the exec status of pid {pid}: {error}; taking it as running");
-                Exec::Known(None)
-            }
-        }
-    }
-
-    fn start_probe(
-        &self,
-        app: &str,
-        slot: u32,
-        readiness: &Readiness,
-        pid: i32,
-    ) -> Option<tokio::task::AbortHandle> {
-        let Readiness::Probe(spec) = readiness else {
-            return None;
-        };
-        let Some(target) = spec.target(slot).cloned() else {
-            error!(app, slot, "{app}.{slot}: no probe target for this slot");
-            return None;
-        };
-        let report = self.reports.probes.clone();
-        let task = tokio::spawn(async move {
-            probe::until_ready(&target).await;
-            let _ = report.send(pid).await;
-        });
-        Some(task.abort_handle())
-    }
 }
 
 impl Effects for System {
@@ -326,90 +203,7 @@ impl Effects for System {
         order: &SpawnOrder,
         sockets: &[(RawFd, ListenAddress)],
     ) -> Result<i32, SpawnFailure> {
-        let fds: Vec<RawFd> = sockets.iter().map(|(fd, _)| *fd).collect();
-        let injects = order.definition.listen.iter().any(|l| l.inject);
-        if injects {
-            // Checked before every start: a file removed or replaced since
-            // is written again.
-            self.inject_library = match super::inject::install(&self.setup.runtime_dir) {
-                Ok(path) => {
-                    self.inject_failure_said = false;
-                    Some(path)
-                }
-                Err(e) => {
-                    if !self.inject_failure_said {
-                        error!(
-                            "cannot write the preload library of `inject` into {}: {e}; programs that bind their port themselves will not be handed supervise's socket",
-                            self.setup.runtime_dir.display()
-                        );
-                        self.inject_failure_said = true;
-                    }
-                    None
-                }
-            };
-        }
-        let inject_library = self.inject_library.as_deref().filter(|_| injects);
-        let bound: Vec<ListenAddress> = sockets.iter().map(|(_, a)| a.clone()).collect();
-        let mut request = SpawnRequest {
-            app: &order.app,
-            slot: order.slot,
-            process: &order.definition,
-            readiness: &order.readiness,
-            listen_fds: &fds,
-            listen_bound: &bound,
-            notify_socket: self.notify_env.as_deref(),
-            base_env: &self.setup.base_env,
-            nofile_soft: self.setup.nofile_soft,
-            run_token: None,
-            inject_library,
-        };
-        let placement = self
-            .groups
-            .place(&order.app, order.slot)
-            .map_err(|e| SpawnFailure {
-                error: StartError {
-                    stage: StartStage::Cgroup,
-                    errno: e.raw_os_error().unwrap_or(libc::EIO),
-                },
-                detail: format!("cannot create the instance's cgroup: {e}"),
-            })?;
-        request.run_token = placement.token.as_deref();
-        let cgroup = placement.cgroup.as_ref().map(|(_, fd)| fd.as_raw_fd());
-        let spawned = match spawn::spawn(&request, &mut self.setup.spawner, cgroup) {
-            Ok(spawned) => spawned,
-            Err(e) => {
-                self.groups.discard(placement);
-                return Err(SpawnFailure {
-                    error: e.start_error(),
-                    detail: e.to_string(),
-                });
-            }
-        };
-        let pid = spawned.pid;
-        self.groups.started(pid, placement);
-        if let Err(error) = self.setup.undertaker.watch(pid) {
-            warn!("cannot tell the undertaker about process group {pid}: {error}");
-        }
-        let source = Source {
-            app: order.app.as_str().into(),
-            slot: order.slot,
-        };
-        for (fd, stream) in [
-            (spawned.stdout, Stream::Stdout),
-            (spawned.stderr, Stream::Stderr),
-        ] {
-            self.start_pump(fd, source.clone(), stream, output::LineSplitter::default());
-        }
-        let exec = self.watch_exec(pid, spawned.exec_status);
-        if let Exec::Known(error) = exec {
-            let _ = self
-                .reports
-                .exec
-                .try_send((pid, error.map_or(ExecStatus::Succeeded, ExecStatus::Failed)));
-        }
-        let probe = self.start_probe(&order.app, order.slot, &order.readiness, pid);
-        self.processes.insert(pid, Tracked { exec, probe });
-        Ok(pid)
+        System::spawn(self, order, sockets)
     }
 
     fn signal_group(&mut self, pgid: i32, signal: Signal) {
@@ -417,75 +211,7 @@ impl Effects for System {
     }
 
     fn reap(&mut self) -> Option<Reaped> {
-        if let Some(lost) = self.lost.pop() {
-            self.untrack(lost.pid);
-            self.groups.reaped();
-            return Some(lost);
-        }
-        loop {
-            let mut status = 0;
-            // SAFETY: waitpid with a valid status pointer; -1 = any child.
-            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
-            if pid <= 0 {
-                return None;
-            }
-            let exit = if libc::WIFEXITED(status) {
-                Exit::Code(libc::WEXITSTATUS(status))
-            } else if libc::WIFSIGNALED(status) {
-                Exit::Signal {
-                    signal: libc::WTERMSIG(status),
-                    core: libc::WCOREDUMP(status),
-                }
-            } else {
-                continue;
-            };
-            if self.probe_reaped(pid, exit) {
-                self.groups.reaped();
-                continue;
-            }
-            if pid == self.setup.undertaker.pid() {
-                match self.setup.undertaker.restart() {
-                    Ok(()) => error!(
-                        event = "undertaker_restarted",
-                        "the undertaker (pid {pid}) {exit}; started another (pid {})",
-                        self.setup.undertaker.pid()
-                    ),
-                    Err(error) => error!(
-                        event = "undertaker_died",
-                        "the undertaker (pid {pid}) {exit} and cannot be started again ({error}); workers may outlive a crash of the supervisor"
-                    ),
-                }
-                continue;
-            }
-            if self
-                .checks
-                .reaped(pid, exit, &mut self.groups, &mut self.setup.undertaker)
-            {
-                self.groups.reaped();
-                continue;
-            }
-            if Some(pid) == self.setup.spawner.pid() {
-                self.setup.spawner.lost();
-                error!("the spawner (pid {pid}) {exit}; another starts with the next spawn");
-                continue;
-            }
-            let start_error = match self.processes.get(&pid).map(|t| &t.exec) {
-                // Not ours: an adopted descendant (we are a subreaper).
-                None => None,
-                Some(Exec::Known(error)) => *error,
-                Some(Exec::Watching(_)) => {
-                    self.deferred.insert(pid, exit);
-                    continue;
-                }
-            };
-            self.untrack(pid);
-            self.groups.reaped();
-            return Some(Reaped {
-                pid,
-                exit,
-                start_error,
-            });
-        }
+        System::reap(self)
     }
 
     fn empty_groups(&mut self, pgids: &[i32]) -> Vec<i32> {
@@ -513,16 +239,7 @@ impl Effects for System {
     }
 
     fn exec_known(&mut self, pid: i32, error: Option<StartError>) -> Option<Reaped> {
-        if let Some(tracked) = self.processes.get_mut(&pid) {
-            tracked.exec = Exec::Known(error);
-        }
-        let exit = self.deferred.remove(&pid)?;
-        self.untrack(pid);
-        Some(Reaped {
-            pid,
-            exit,
-            start_error: error,
-        })
+        System::exec_known(self, pid, error)
     }
 
     fn cancel_probe(&mut self, pid: i32) {
@@ -532,14 +249,7 @@ impl Effects for System {
     }
 
     fn check(&mut self, order: &CheckOrder) {
-        let launcher = Launcher {
-            groups: &mut self.groups,
-            undertaker: &mut self.setup.undertaker,
-            spawner: &mut self.setup.spawner,
-            base_env: &self.setup.base_env,
-            nofile_soft: self.setup.nofile_soft,
-        };
-        self.checks.start(order, launcher);
+        System::check(self, order);
     }
 
     fn cancel_check(&mut self, pid: i32) {
@@ -551,15 +261,7 @@ impl Effects for System {
     }
 
     fn measure_memory(&mut self, round: u64, pids: Vec<i32>) {
-        let cgroups: HashMap<i32, std::path::PathBuf> = self.groups.cgroups().into_iter().collect();
-        let instances: Vec<(i32, Option<std::path::PathBuf>)> = pids
-            .into_iter()
-            .map(|pid| (pid, cgroups.get(&pid).cloned()))
-            .collect();
-        let report = self.reports.memory.clone();
-        tokio::task::spawn_blocking(move || {
-            let _ = report.blocking_send((round, usage::memory(&instances)));
-        });
+        System::measure_memory(self, round, pids);
     }
 
     fn bind(&mut self, key: &SocketKey, app: &str) -> Result<(RawFd, ListenAddress), BindError> {
