@@ -10,7 +10,7 @@
 //! clear yes refuses the upgrade and leaves everything as it was. Then it
 //! writes the state into a memfd and `execve`s the new binary from the main
 //! thread, keeping open exactly the fds the state names ([`effects::upgrade::exec`]). The new
-//! image finds the memfd through [`HANDOVER_ENV`](effects::upgrade::exec::HANDOVER_ENV), restores every part,
+//! image finds the memfd through `SUPERVISE_HANDOVER_FD`, restores every part,
 //! reaps what exited in the window, re-reads the file, answers the client
 //! that asked, and logs `upgraded`.
 //!
