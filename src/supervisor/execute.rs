@@ -51,6 +51,7 @@ impl<E: Effects> Supervisor<E> {
                 }
                 Action::CancelCheck { pid } => self.effects.cancel_check(pid),
                 Action::MeasureMemory { round, pids } => self.effects.measure_memory(round, pids),
+                Action::LimitMemory { pgid, bytes } => self.effects.limit_memory(pgid, bytes),
                 Action::SweepSockets => sweep = true,
                 Action::Bind { app, key } => {
                     let error = self.effects.bind(&key, &app).err().map(|e| e.to_string());

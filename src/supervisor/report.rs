@@ -43,6 +43,7 @@ fn decision_fields(decision: &Decision) -> (&'static str, Option<u32>, Option<u6
         Decision::Restart { attempt, delay } => ("restart", Some(*attempt), Some(millis(*delay))),
         Decision::GiveUp { .. } => ("failed", None, None),
         Decision::Done => ("done", None, None),
+        Decision::Replaced => ("replaced", None, None),
     }
 }
 
@@ -56,6 +57,7 @@ fn describe(decision: &Decision) -> String {
             short_duration(*within)
         ),
         Decision::Done => "not restarted (restart policy)".to_string(),
+        Decision::Replaced => "its replacement takes its slot".to_string(),
     }
 }
 

@@ -360,6 +360,89 @@ apps:
     );
 }
 
+/// Its first run (no `leaked` file yet), once ready (after 1 s), grows by
+/// 4 MiB every 10 ms, each page touched, up to 1 GiB; every later run only
+/// sleeps.
+const RUNAWAY: &str = r#"
+import os, time
+if os.path.exists("leaked"):
+    time.sleep(1000)
+open("leaked", "w").close()
+time.sleep(1.2)
+blocks = []
+for _ in range(256):
+    block = bytearray(4 << 20)
+    block[::4096] = b"x" * len(block[::4096])
+    blocks.append(block)
+    time.sleep(0.01)
+time.sleep(1000)
+"#;
+
+#[test]
+fn an_instance_over_max_memory_stops_at_its_ceiling_and_its_replacement_starts_without_backoff() {
+    // The replacement takes 1 s to be ready while the first run grows
+    // 400 MiB/s: replace-first alone would let it reach ~400 MiB, and a
+    // crash backoff of 5 s would hold the replacement back for ~2 GB.
+    let yaml = r#"
+memory_check: 100ms
+apps:
+  runaway:
+    command: python3 runaway.py
+    ready: {delay: 1s}
+    backoff: {initial: 5s}
+    max_memory: 40MiB
+"#;
+    let mut s = Supervised::start_with(yaml, &[], |dir| {
+        std::fs::write(dir.join("runaway.py"), RUNAWAY).unwrap();
+    });
+    let first = s.wait_event("ready", "runaway")["pid"].clone();
+    let recycling = s.wait_event("recycling", "runaway");
+    assert_eq!(recycling["pid"], first);
+    assert_eq!(
+        recycling["delay_ms"], 0,
+        "a recycle is not a crash: {recycling}"
+    );
+    let replacement = s.wait_for("the replacement's start", |e| {
+        e["event"] == "spawned" && e["pid"] != first
+    });
+    let waited = timestamp_ms(&replacement) - timestamp_ms(&recycling);
+    assert!(
+        waited < 1000.0,
+        "the replacement started {waited} ms after the recycle"
+    );
+    // The runaway is gone before its replacement is ready: killed by the
+    // kernel at its cgroup's memory.max, or stopped by supervise once
+    // measured past the ceiling (without the memory controller).
+    let gone = s.wait_for("the runaway's end", |e| {
+        (e["event"] == "exited" || e["event"] == "stopping") && e["pid"] == first
+    });
+    let ready = s.wait_for("the replacement ready", |e| {
+        e["event"] == "ready" && e["pid"] == replacement["pid"]
+    });
+    assert!(
+        timestamp_ms(&gone) < timestamp_ms(&ready),
+        "the runaway served on until its replacement was ready:\n{}",
+        s.dump()
+    );
+    match gone["event"].as_str() {
+        Some("exited") => {
+            assert_eq!(gone["signal"], "SIGKILL", "{gone}");
+            assert_eq!(gone["decision"], "replaced", "{gone}");
+        }
+        _ => assert!(
+            gone["reason"].as_str().unwrap_or("").contains("ceiling"),
+            "{gone}"
+        ),
+    }
+    // One restart, counted once; the runaway's last measured size stayed
+    // within reach of the 60 MiB ceiling (a measurement is 100 ms apart,
+    // 40 MiB of growth).
+    for e in s.events.iter().filter(|e| e["event"] == "memory_exceeded") {
+        assert!(e["rss_bytes"].as_u64().unwrap() < 200 << 20, "{e}");
+    }
+    assert_eq!(s.count("memory_exceeded", "runaway"), 1, "{}", s.dump());
+}
+
 /// One `GET /` on a new connection: answered 200?
 fn get(port: u16) -> bool {
     let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {

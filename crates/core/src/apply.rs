@@ -189,6 +189,12 @@ impl Core {
                             worker.health = Default::default();
                         }
                     }
+                    if app.spec.max_memory != spec.max_memory {
+                        let bytes = spec.max_memory.map(model::limits::memory_ceiling);
+                        for pgid in app.workers.values().filter_map(|w| w.state.pid()) {
+                            self.outbox.push(Action::LimitMemory { pgid, bytes });
+                        }
+                    }
                     if app.spec.kill_timeout != spec.kill_timeout {
                         // Policy applies to what runs: stops in flight too.
                         for worker in app.workers.values_mut() {

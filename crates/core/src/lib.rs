@@ -170,6 +170,10 @@ pub enum Action {
     /// Measure the memory of the instances led by `pids`; answer with
     /// [`Input::MemoryMeasured`] with the same `round`.
     MeasureMemory { round: u64, pids: Vec<i32> },
+    /// `max_memory` was edited: the hard ceiling of the running instance
+    /// led by `pgid` is now `bytes` (`None`: no ceiling), as a new one's
+    /// [`SpawnOrder::memory_max`].
+    LimitMemory { pgid: i32, bytes: Option<u64> },
     /// Sockets may be unwanted now: close those no app needs
     /// ([`Core::wanted_sockets`]).
     SweepSockets,
@@ -672,6 +676,7 @@ impl Core {
                     generation: worker.generation,
                     definition,
                     readiness: app.spec.ready.clone(),
+                    memory_max: app.spec.max_memory.map(model::limits::memory_ceiling),
                 };
                 self.emit(Action::Spawn(order));
             }

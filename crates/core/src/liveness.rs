@@ -214,7 +214,17 @@ impl Core {
             let Some(worker) = app.workers.get_mut(&id) else {
                 continue;
             };
-            if bytes <= limit || worker.recycle.is_some() || !worker.state.is_running() {
+            if bytes <= limit || !worker.state.is_running() {
+                continue;
+            }
+            if worker.recycle.is_some() {
+                // Replace-first has a ceiling: past it, the instance stops
+                // first (where the cgroup's `memory.max` did not stop it).
+                if bytes > model::limits::memory_ceiling(limit) {
+                    let name = app.spec.name.clone();
+                    let (how, then) = (StopHow::default(), AfterStop::Remove);
+                    self.stop(&name, id, StopReason::OverMemoryCeiling, how, then, now);
+                }
                 continue;
             }
             let instance = Instance::of(&app.spec.name, worker);

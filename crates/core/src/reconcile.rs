@@ -111,6 +111,9 @@ pub enum StopReason {
     Unhealthy,
     /// Over `max_memory`, where it cannot be replaced first.
     OverMemory,
+    /// Past its memory ceiling ([`model::limits::memory_ceiling`]) while
+    /// its replacement starts: it stops first.
+    OverMemoryCeiling,
     /// It missed its watchdog deadline.
     Watchdog,
     /// A scheduled app's next run replaces it (`overlap: replace`).
@@ -130,6 +133,9 @@ impl StopReason {
             StopReason::Recycled => "replaced (unhealthy or over max_memory)",
             StopReason::Unhealthy => "unhealthy",
             StopReason::OverMemory => "over max_memory",
+            StopReason::OverMemoryCeiling => {
+                "past its memory ceiling (1.5 × max_memory) while being replaced"
+            }
             StopReason::Watchdog => "watchdog missed",
             StopReason::NextRun => "replaced by the next run",
             StopReason::Held => "held (stop)",

@@ -92,6 +92,9 @@ pub enum Decision {
     GiveUp { restarts: u32, within: Duration },
     /// The policy does not restart this: now `Exited`.
     Done,
+    /// It was being replaced ([`Recycle`]): its replacement, already
+    /// created, takes its slot. Now `Exited`.
+    Replaced,
 }
 
 /// An input the worker's state does not accept: a logged no-op.
@@ -290,6 +293,12 @@ impl Worker {
         };
         match &mut self.state {
             State::Starting { .. } => self.run_ended(outcome, None, now, rules, "exit").map(Some),
+            State::Ready { .. } if self.recycle.is_some() => {
+                // Counted as a restart when it was condemned: not again.
+                self.enter(State::Exited, "exit")?;
+                self.last_outcome = Some(outcome);
+                Ok(Some(Decision::Replaced))
+            }
             State::Ready { since, .. } => {
                 let since = *since;
                 self.run_ended(outcome, Some(since), now, rules, "exit")

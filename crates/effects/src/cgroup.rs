@@ -184,6 +184,13 @@ pub(crate) fn memory_current(cgroup: &Path) -> Option<u64> {
         .and_then(|m| m.trim().parse().ok())
 }
 
+/// Set a cgroup's hard memory limit, `memory.max` (`None`: none), where the
+/// memory controller is on for it ([`memory_enabled`] of its parent).
+pub(crate) fn set_memory_max(cgroup: &Path, bytes: Option<u64>) -> io::Result<()> {
+    let value = bytes.map_or_else(|| "max".to_string(), |b| b.to_string());
+    std::fs::write(cgroup.join("memory.max"), value)
+}
+
 /// Whether the memory controller is on for the cgroups below `parent`.
 pub(crate) fn memory_enabled(parent: &Path) -> bool {
     std::fs::read_to_string(parent.join("cgroup.subtree_control"))

@@ -143,6 +143,10 @@ pub trait Effects {
     /// the answer comes back as an event, with `round`.
     fn measure_memory(&mut self, round: u64, pids: Vec<i32>);
 
+    /// The hard memory ceiling of the running instance led by `pgid` is now
+    /// `bytes` (`None`: none), where the kernel can hold it to one.
+    fn limit_memory(&mut self, pgid: i32, bytes: Option<u64>);
+
     /// The socket for `key` (bound now for `app` if new), and where it is bound.
     fn bind(&mut self, key: &SocketKey, app: &str) -> Result<(RawFd, ListenAddress), BindError>;
 

@@ -19,6 +19,10 @@ pub struct SpawnOrder {
     pub generation: u64,
     pub definition: Arc<ProcessDefinition>,
     pub readiness: Readiness,
+    /// The hard memory ceiling of the process (bytes, from `max_memory`:
+    /// [`crate::limits::memory_ceiling`]), set as its cgroup's `memory.max`
+    /// before it runs.
+    pub memory_max: Option<u64>,
 }
 
 /// Everything the shell needs to run one liveness check.

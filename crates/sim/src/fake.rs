@@ -685,6 +685,11 @@ impl Effects for FakeEffects {
         self.measuring = Some((round, pids));
     }
 
+    fn limit_memory(&mut self, pgid: i32, bytes: Option<u64>) {
+        self.history
+            .push(format!("memory ceiling of {pgid}: {bytes:?}"));
+    }
+
     fn notify_systemd(&mut self, state: &str) {
         self.systemd.push(state.to_string());
     }

@@ -388,7 +388,8 @@ impl World {
         for (pid, number) in checks {
             self.answer_check(pid, number, true);
         }
-        self.answer_memory(None);
+        // No instance is over: nothing to break.
+        let _ = self.answer_memory(None, false);
         let watched: Vec<i32> = self
             .supervisor
             .core()
@@ -489,27 +490,69 @@ impl World {
     }
 
     /// The memory measurement asked for (if one is) answers: the instance
-    /// at index `over` uses one byte more than its limit, the rest nothing.
-    pub fn answer_memory(&mut self, over: Option<usize>) {
+    /// at index `over` uses one byte more than its limit (or, with
+    /// `past_ceiling`, than its hard ceiling), the rest nothing. The rules
+    /// of `max_memory` are checked at once: a replacement for memory is no
+    /// crash (it waits for no backoff), and one that was already being
+    /// replaced stops once past its ceiling.
+    pub fn answer_memory(
+        &mut self,
+        over: Option<usize>,
+        past_ceiling: bool,
+    ) -> Result<(), Violation> {
         let Some((round, pids)) = self.fake().measuring.take() else {
-            return;
+            return Ok(());
         };
         let over = over
             .filter(|_| !pids.is_empty())
             .map(|i| pids[i % pids.len()]);
+        let limit_of = |world: &World, pid: i32| {
+            world
+                .supervisor
+                .core()
+                .worker_of(pid)
+                .and_then(|(app, _)| app.spec.max_memory)
+        };
         let usage = pids
             .iter()
             .map(|pid| {
-                let limit = self
-                    .supervisor
-                    .core()
-                    .worker_of(*pid)
-                    .and_then(|(app, _)| app.spec.max_memory)
-                    .unwrap_or(u64::MAX - 1);
-                (*pid, if Some(*pid) == over { limit + 1 } else { 0 })
+                let limit = limit_of(self, *pid).unwrap_or(u64::MAX - 1);
+                let used = match Some(*pid) == over {
+                    false => 0,
+                    true if past_ceiling => model::limits::memory_ceiling(limit).saturating_add(1),
+                    true => limit + 1,
+                };
+                (*pid, used)
             })
             .collect();
+        let before = over.and_then(|pid| {
+            let (_, worker) = self.supervisor.core().worker_of(pid)?;
+            limit_of(self, pid)?;
+            Some((pid, worker.id, worker.recycle.is_some()))
+        });
+        let now = self.now();
         self.handle(News::MemoryMeasured { round, usage });
+        let Some((pid, id, was_recycling)) = before else {
+            return Ok(());
+        };
+        let after = self.supervisor.core().worker_of(pid).map(|(_, w)| w);
+        if was_recycling && past_ceiling {
+            if let Some(worker) = after.filter(|w| w.id == id && !w.state.is_stopping()) {
+                return Err(Violation(format!(
+                    "pid {pid}, being replaced, was measured past its memory ceiling and is still {}",
+                    worker.state.name()
+                )));
+            }
+        } else if let Some(recycle) = after.and_then(|w| w.recycle.as_ref())
+            && !was_recycling
+            && recycle.restart_at != now
+        {
+            return Err(Violation(format!(
+                "pid {pid} over max_memory: its replacement waits {:?}, as after a crash",
+                recycle.restart_at.saturating_duration_since(now)
+            )));
+        }
+        Ok(())
     }
 
     /// Apply a new version of the file (as the config loader would hand it).

@@ -46,9 +46,11 @@ pub enum Step {
         passed: bool,
     },
     /// The memory measurement asked for is answered: instance `over` (if
-    /// any) is above its app's `max_memory`, the rest below.
+    /// any) is above its app's `max_memory` (and, with `past_ceiling`,
+    /// above its hard ceiling too), the rest below.
     MemoryAnswer {
         over: Option<usize>,
+        past_ceiling: bool,
     },
     /// A process sends `WATCHDOG=1` (or `WATCHDOG=trigger`).
     Watchdog {
@@ -321,7 +323,7 @@ impl World {
                 | Step::Watchdog { trigger: false, .. }
                 | Step::ExtendTimeout { .. }
                 | Step::CheckAnswer { passed: true, .. }
-                | Step::MemoryAnswer { over: None }
+                | Step::MemoryAnswer { over: None, .. }
                 | Step::SetClock { .. }
                 | Step::Stall { .. }
         );
@@ -384,7 +386,7 @@ impl World {
                     self.answer_check(pid, number, passed);
                 }
             }
-            Step::MemoryAnswer { over } => self.answer_memory(over),
+            Step::MemoryAnswer { over, past_ceiling } => self.answer_memory(over, past_ceiling)?,
             Step::Watchdog { process, trigger } => {
                 let live = self.live();
                 if !live.is_empty() {

@@ -24,6 +24,8 @@ struct Shell {
     signals: Vec<(i32, Signal)>,
     /// The measurement out: its round and pids.
     measuring: Option<(u64, Vec<i32>)>,
+    /// Memory ceilings given: at a spawn (by its pid) and by an edit.
+    ceilings: Vec<(i32, Option<u64>)>,
     events: Vec<Event>,
 }
 
@@ -71,6 +73,7 @@ impl Shell {
             cancelled: Vec::new(),
             signals: Vec::new(),
             measuring: None,
+            ceilings: Vec::new(),
             events: Vec::new(),
         };
         shell.settle();
@@ -98,11 +101,13 @@ impl Shell {
                         };
                         self.core.input(spawned, self.now);
                         self.core.input(Input::ExecSucceeded { pid }, self.now);
+                        self.ceilings.push((pid, order.memory_max));
                     }
                     Action::Signal { pgid, signal } => self.signals.push((pgid, signal)),
                     Action::Check(order) => self.checks.push(order),
                     Action::CancelCheck { pid } => self.cancelled.push(pid),
                     Action::MeasureMemory { round, pids } => self.measuring = Some((round, pids)),
+                    Action::LimitMemory { pgid, bytes } => self.ceilings.push((pgid, bytes)),
                     Action::Report(event) => self.events.push(event),
                     _ => {}
                 }
@@ -465,6 +470,127 @@ fn over_max_memory_is_replaced_first_and_measured_every_memory_check() {
     // Measured again, every memory_check after the last one was ordered.
     shell.advance(Duration::from_secs(5));
     assert!(shell.measuring.is_some());
+}
+
+impl Shell {
+    /// Answer the measurement out (due now or after `memory_check`) with `usage`.
+    fn measured(&mut self, usage: Vec<(i32, u64)>) {
+        if self.measuring.is_none() {
+            self.advance(Duration::from_secs(5));
+        }
+        let (round, _) = self.measuring.take().expect("a measurement out");
+        self.core
+            .input(Input::MemoryMeasured { round, usage }, self.now);
+        self.settle();
+    }
+}
+
+/// An instance over `max_memory` whose replacement takes a minute to be
+/// ready (a crash backoff of 10 s would hold it back too).
+fn slow_to_replace() -> Shell {
+    let mut spec = app(1);
+    spec.max_memory = Some(1000);
+    spec.backoff.initial = Duration::from_secs(10);
+    let mut shell = Shell::new(spec.clone());
+    spec.ready = Readiness::Delay(Duration::from_secs(60));
+    shell.edit(spec);
+    shell.measured(vec![(100, 1001)]);
+    shell
+}
+
+#[test]
+fn a_recycle_for_memory_is_no_crash_its_replacement_starts_at_once() {
+    let shell = slow_to_replace();
+    assert!(shell.events.iter().any(|e| matches!(
+        e,
+        Event::Recycling { pid: 100, why: Outcome::MemoryExceeded, attempt: 0, delay, .. }
+            if delay.is_zero()
+    )));
+    assert_eq!(
+        shell.workers(),
+        [(Some(100), "ready"), (Some(101), "starting")]
+    );
+    // Its ceiling, as every instance's: 1.5 × max_memory.
+    assert_eq!(shell.ceilings, [(100, Some(1500)), (101, Some(1500))]);
+    let worker = shell
+        .core
+        .app("web")
+        .unwrap()
+        .workers
+        .values()
+        .last()
+        .unwrap();
+    assert_eq!((worker.restarts, worker.attempt), (1, 0));
+}
+
+#[test]
+fn a_recycled_instance_serves_on_up_to_its_ceiling_and_stops_past_it() {
+    let mut shell = slow_to_replace();
+    shell.measured(vec![(100, 1500), (101, 10)]);
+    assert!(shell.signals.is_empty(), "at its ceiling it serves on");
+    shell.measured(vec![(100, 1501), (101, 10)]);
+    assert_eq!(
+        shell.stop_reasons(),
+        [(100, StopReason::OverMemoryCeiling, Signal::SIGTERM)]
+    );
+    shell.gone(100, 143);
+    assert_eq!(shell.workers(), [(Some(101), "starting")]);
+    assert_eq!(
+        shell.count(|e| matches!(e, Event::MemoryExceeded { .. })),
+        1,
+        "said once"
+    );
+}
+
+#[test]
+fn a_recycled_instance_that_dies_leaves_its_slot_to_its_replacement() {
+    // Killed by the kernel at its cgroup's memory.max, say.
+    let mut shell = slow_to_replace();
+    shell.gone(100, 137);
+    assert!(shell.events.iter().any(|e| matches!(
+        e,
+        Event::Exited {
+            pid: 100,
+            decision: crate::worker::Decision::Replaced,
+            ..
+        }
+    )));
+    assert_eq!(shell.workers(), [(Some(101), "starting")]);
+    let worker = shell
+        .core
+        .app("web")
+        .unwrap()
+        .workers
+        .values()
+        .next()
+        .unwrap();
+    assert_eq!(worker.restarts, 1, "one restart, counted once");
+}
+
+#[test]
+fn an_edit_of_max_memory_moves_the_ceiling_of_the_running_instances() {
+    let mut spec = app(2);
+    spec.max_memory = Some(1000);
+    let mut shell = Shell::new(spec.clone());
+    spec.max_memory = Some(2000);
+    shell.edit(spec.clone());
+    spec.max_memory = None;
+    shell.edit(spec);
+    assert_eq!(
+        shell.ceilings,
+        [
+            (100, Some(1500)),
+            (101, Some(1500)),
+            (100, Some(3000)),
+            (101, Some(3000)),
+            (100, None),
+            (101, None),
+        ]
+    );
+    assert_eq!(
+        shell.workers(),
+        [(Some(100), "ready"), (Some(101), "ready")]
+    );
 }
 
 #[test]

@@ -193,8 +193,14 @@ impl Worker {
             }
             self.recent_restarts.push_back(now);
         }
-        let attempt = self.attempt.saturating_add(1);
-        let delay = backoff::delay(&rules.backoff, attempt);
+        // Memory grown past `max_memory` is not a crash: the replacement
+        // starts at once, and the next crash's backoff is not raised by it.
+        let (attempt, delay) = if outcome == Outcome::MemoryExceeded {
+            (self.attempt, Duration::ZERO)
+        } else {
+            let attempt = self.attempt.saturating_add(1);
+            (attempt, backoff::delay(&rules.backoff, attempt))
+        };
         self.attempt = attempt;
         self.restarts = self.restarts.saturating_add(1);
         self.last_outcome = Some(outcome);

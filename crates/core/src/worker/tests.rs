@@ -229,7 +229,7 @@ fn max_restarts_gives_up_after_exactly_count_restarts_in_the_window() {
                 assert_eq!(count, 3);
                 break;
             }
-            Decision::Done => panic!("always restarts"),
+            Decision::Done | Decision::Replaced => panic!("always restarts"),
         }
     }
     assert_eq!(restarts, 3);
@@ -521,7 +521,14 @@ fn a_new_process_is_no_longer_being_recycled() {
         Ok(crate::worker::Verdict::Replace { .. })
     ));
     assert!(w.recycle.is_some());
-    w.exited(CRASH, None, t0, &r).unwrap();
+    // Its replacement takes its slot: its own run ends there.
+    assert_eq!(
+        w.exited(CRASH, None, t0, &r).unwrap(),
+        Some(Decision::Replaced)
+    );
+    assert_eq!(w.state, State::Exited);
+    assert_eq!(w.restarts, 1, "counted once, when it was condemned");
+    w.revive().unwrap();
     w.begin_start().unwrap();
     w.spawned(10, t0).unwrap();
     assert_eq!(w.recycle, None, "its checks and limits apply again");

@@ -144,6 +144,16 @@ pub(crate) struct Groups {
     changed: mpsc::Sender<()>,
 }
 
+/// Write `memory.max` of `cgroup`, where the memory controller is on for it.
+fn limit_memory(cgroup: &std::path::Path, bytes: Option<u64>) {
+    if !cgroup.parent().is_some_and(cgroup::memory_enabled) {
+        return;
+    }
+    if let Err(e) = cgroup::set_memory_max(cgroup, bytes) {
+        warn!("cannot set memory.max of {}: {e}", cgroup.display());
+    }
+}
+
 impl Groups {
     /// Track in `tracking`'s mode; with cgroups, changes are reported on
     /// `changed` (one pending is enough: they coalesce).
@@ -281,6 +291,24 @@ impl Groups {
                 cgroup: None,
                 token: Some(format!("{token}.{}", self.spawns)),
             }),
+        }
+    }
+
+    /// Give the process to be started in `placement` the hard memory
+    /// ceiling `bytes` (its cgroup's `memory.max`). Where the memory
+    /// controller is off, or without cgroups, there is none: the core stops
+    /// an instance measured past it instead.
+    pub(crate) fn limit_placement_memory(&self, placement: &Placement, bytes: Option<u64>) {
+        if let (Some((path, _)), Some(_)) = (&placement.cgroup, bytes) {
+            limit_memory(path, bytes);
+        }
+    }
+
+    /// The ceiling of the running instance `pgid` is now `bytes` (an edit
+    /// of `max_memory`).
+    pub(crate) fn limit_memory(&self, pgid: i32, bytes: Option<u64>) {
+        if let Some(path) = self.groups.get(&pgid).and_then(|g| g.cgroup.as_deref()) {
+            limit_memory(path, bytes);
         }
     }
 

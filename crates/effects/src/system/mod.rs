@@ -264,6 +264,10 @@ impl Effects for System {
         System::measure_memory(self, round, pids);
     }
 
+    fn limit_memory(&mut self, pgid: i32, bytes: Option<u64>) {
+        self.groups.limit_memory(pgid, bytes);
+    }
+
     fn bind(&mut self, key: &SocketKey, app: &str) -> Result<(RawFd, ListenAddress), BindError> {
         self.sockets.ensure(key, app)
     }

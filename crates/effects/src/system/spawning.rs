@@ -72,6 +72,8 @@ impl System {
                 },
                 detail: format!("cannot create the instance's cgroup: {e}"),
             })?;
+        self.groups
+            .limit_placement_memory(&placement, order.memory_max);
         request.run_token = placement.token.as_deref();
         let cgroup = placement.cgroup.as_ref().map(|(_, fd)| fd.as_raw_fd());
         let spawned = match spawn::spawn(&request, &mut self.setup.spawner, cgroup) {

@@ -194,6 +194,7 @@ fn add_liveness(rng: &mut Xoshiro256PlusPlus, apps: &mut [AppSpec], steps: &mut 
             },
             4..6 => Step::MemoryAnswer {
                 over: rng.random_bool(0.3).then_some(index),
+                past_ceiling: rng.random_bool(0.3),
             },
             6..9 => Step::Watchdog {
                 process: index,
@@ -1573,4 +1574,32 @@ fn an_inject_app_with_a_process_the_library_misses_is_said_once_per_version() {
     let app = world.supervisor.core().app("web").expect("web");
     assert_eq!(app.generation, 2);
     assert_eq!(app.inject_warned(), (missed(&world) > 0).then_some(2));
+}
+
+/// An instance over `max_memory` whose replacement is slow to be ready:
+/// measured again past its ceiling meanwhile, it stops first.
+#[test]
+fn an_instance_being_replaced_for_memory_stops_past_its_ceiling() {
+    let mut spec = app("web", 1, Readiness::Notify);
+    spec.max_memory = Some(1000);
+    spec.ready_timeout = Duration::from_secs(600);
+    replay(
+        vec![spec],
+        vec![
+            Step::Notify {
+                process: 0,
+                foreign: false,
+            },
+            Step::Wait(5000),
+            Step::MemoryAnswer {
+                over: Some(0),
+                past_ceiling: false,
+            },
+            Step::Wait(5000),
+            Step::MemoryAnswer {
+                over: Some(0),
+                past_ceiling: true,
+            },
+        ],
+    );
 }
