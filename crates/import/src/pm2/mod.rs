@@ -241,10 +241,32 @@ fn translate_app(
         draft.set("cwd", json!(cwd));
     }
 
-    // The environment: `env`, then the chosen `env_NAME` over it.
+    environment(app, env_choice, env_extra, &mut draft, &mut used);
+    instances(app, &mut draft, &mut used);
+    restarts(app, &mut draft, &mut used);
+    stopping(app, &mut draft, &mut used);
+    readiness(app, &mut draft, &mut used);
+    memory(app, &mut draft, &mut used);
+    logs(app, &cwd_abs, places, &mut draft, &mut used);
+    schedule(app, &mut draft, &mut used);
+
+    leave_out_the_rest(app, &mut draft, &used);
+    Ok(draft)
+}
+
+/// The environment: `env`, then the chosen `env_NAME` over it, `port` as
+/// `PORT`, what the interpreter needs (`env_extra`) and pm2's instance
+/// variables.
+fn environment(
+    app: &Pm2App,
+    env_choice: Option<&str>,
+    env_extra: Map<String, Value>,
+    draft: &mut DraftApp,
+    used: &mut Vec<String>,
+) {
     let mut env: Vec<EnvVar> = Vec::new();
     if let Some((value, line)) = app.get("env") {
-        merge_env(&mut env, value, line, &mut draft, "env");
+        merge_env(&mut env, value, line, draft, "env");
         used.push("env".to_string());
     }
     let mut other_envs = Vec::new();
@@ -252,7 +274,7 @@ fn translate_app(
         if let Some(env_name) = key.strip_prefix("env_") {
             if Some(env_name) == env_choice {
                 used.push(key.clone());
-                merge_env(&mut env, value, *line, &mut draft, key);
+                merge_env(&mut env, value, *line, draft, key);
             } else {
                 other_envs.push(key.clone());
             }
@@ -299,22 +321,18 @@ fn translate_app(
             });
         }
     }
-    instance_variables(app, &mut env, &mut draft, &mut used);
+    instance_variables(app, &mut env, draft, used);
     // pm2 reads `user` as `uid`.
     let has_user = app.get("uid").or(app.get("username")).is_some();
-    let env = checked_env(&mut draft, env, has_user);
+    let env = checked_env(draft, env, has_user);
     if !env.is_empty() {
         draft.set("env", Value::Object(env));
     }
+}
 
-    instances(app, &mut draft, &mut used);
-    restarts(app, &mut draft, &mut used);
-    stopping(app, &mut draft, &mut used);
-    readiness(app, &mut draft, &mut used);
-    memory(app, &mut draft, &mut used);
-    logs(app, &cwd_abs, places, &mut draft, &mut used);
-    schedule(app, &mut draft, &mut used);
-
+/// Every key not read above: carried over as nothing to do, or left out
+/// with why.
+fn leave_out_the_rest(app: &Pm2App, draft: &mut DraftApp, used: &[String]) {
     for (key, line, value) in &app.keys {
         if draft.left_out.contains(key) {
             continue;
@@ -363,7 +381,6 @@ fn translate_app(
             ),
         }
     }
-    Ok(draft)
 }
 
 /// The variables of `value` (an `env` or `env_NAME` mapping, `key`) set

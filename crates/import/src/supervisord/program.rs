@@ -83,8 +83,50 @@ pub(super) fn translate_program(
     if name != program {
         app.note(Some(section.line), format!("named `{name}` (supervisord: `{program}`): app names are lowercase letters, digits, `_` and `-`"));
     }
-    let get = |key: &str| section.get(key);
-    let number = |app: &mut DraftApp, key: &str, default: i64| match get(key) {
+    let numprocs = numprocs(section, &mut app);
+    let expansions = Expansions { numprocs, ..*base };
+    let instance = first_instance(section, &mut app);
+    let mut expand_at = |app: &mut DraftApp, entry: &IniEntry, instance: &str| {
+        expand_entry(&expansions, app, entry, instance)
+    };
+    if let Some(entry) = section.get("command") {
+        let command = expand_at(&mut app, entry, &instance);
+        app.set("command", json!(command));
+    }
+    if let Some(entry) = section.get("directory") {
+        let dir = expand_at(&mut app, entry, &instance);
+        if let Some(cwd) = places.cwd(&dir) {
+            app.set("cwd", json!(cwd));
+        }
+    }
+    environment(section, &mut app, &mut expand_at, &instance, base_env);
+    instances(section, &mut app, numprocs, &name);
+    restarts(section, &mut app);
+    let startsecs = readiness(section, &mut app);
+    start_retries(section, &mut app, startsecs);
+    stopping(section, &mut app);
+    if let Some(entry) = section.get("user") {
+        app.set("user", json!(entry.value));
+    }
+    if let Some(entry) = section.get("priority") {
+        app.leave_out_with_note(
+            "priority",
+            Some(entry.line),
+            format!(
+                "`priority = {}`: supervise starts apps together; to order them use `depends_on`",
+                entry.value
+            ),
+        );
+    }
+    logs(section, &mut app, &mut expand_at, &instance, places);
+    leave_out_the_rest(section, &mut app);
+    app
+}
+
+/// The number `key` gives, or supervisord's `default` (said) when it is
+/// not one.
+fn number(section: &IniSection, app: &mut DraftApp, key: &str, default: i64) -> i64 {
+    match section.get(key) {
         None => default,
         Some(e) => e.value.trim().parse::<i64>().unwrap_or_else(|_| {
             app.leave_out(
@@ -97,49 +139,61 @@ pub(super) fn translate_program(
             );
             default
         }),
-    };
-    let mut numprocs = number(&mut app, "numprocs", 1).max(0);
+    }
+}
+
+/// `numprocs`, within supervise's bound of instances per app.
+fn numprocs(section: &IniSection, app: &mut DraftApp) -> i64 {
+    let numprocs = number(section, app, "numprocs", 1).max(0);
     if numprocs > i64::from(MAX_INSTANCES) {
         app.warn(
-            get("numprocs").map(|e| e.line),
+            section.get("numprocs").map(|e| e.line),
             format!("`numprocs = {numprocs}`: supervise runs at most {MAX_INSTANCES} instances of an app; written as {MAX_INSTANCES}"),
         );
-        numprocs = i64::from(MAX_INSTANCES);
+        return i64::from(MAX_INSTANCES);
     }
-    let start = number(&mut app, "numprocs_start", 0);
-    let expansions = Expansions { numprocs, ..*base };
-    let instance = match start {
+    numprocs
+}
+
+/// What supervisord's `process_num` is written as: `{instance}`, or
+/// `{instance+N}` from `numprocs_start`.
+fn first_instance(section: &IniSection, app: &mut DraftApp) -> String {
+    match number(section, app, "numprocs_start", 0) {
         0 => "{instance}".to_string(),
         start if start > 0 => format!("{{instance+{start}}}"),
         start => {
             app.warn(
-                get("numprocs_start").map(|e| e.line),
+                section.get("numprocs_start").map(|e| e.line),
                 format!("`numprocs_start = {start}`: supervise numbers instances from 0 up ({{instance+N}}, N >= 0); written from 0"),
             );
             "{instance}".to_string()
         }
-    };
-    let mut expand_at = |app: &mut DraftApp, entry: &IniEntry, instance: &str| {
-        let (text, problems) = expand(&entry.value, &expansions, instance);
-        for problem in problems {
-            let problem = problem.replace(INSTANCE_MARK, "{instance}");
-            app.warn(Some(entry.line), format!("`{}`: {problem}", entry.key));
-        }
-        text
-    };
-
-    if let Some(entry) = get("command") {
-        let command = expand_at(&mut app, entry, &instance);
-        app.set("command", json!(command));
     }
-    if let Some(entry) = get("directory") {
-        let dir = expand_at(&mut app, entry, &instance);
-        if let Some(cwd) = places.cwd(&dir) {
-            app.set("cwd", json!(cwd));
-        }
-    }
+}
 
-    // The environment: [supervisord]'s, then the program's.
+/// `entry`'s value with supervisord's `%(…)s` expanded, each problem said.
+fn expand_entry(
+    expansions: &Expansions,
+    app: &mut DraftApp,
+    entry: &IniEntry,
+    instance: &str,
+) -> String {
+    let (text, problems) = expand(&entry.value, expansions, instance);
+    for problem in problems {
+        let problem = problem.replace(INSTANCE_MARK, "{instance}");
+        app.warn(Some(entry.line), format!("`{}`: {problem}", entry.key));
+    }
+    text
+}
+
+/// The environment: `[supervisord]`'s, then the program's.
+fn environment(
+    section: &IniSection,
+    app: &mut DraftApp,
+    expand_at: &mut impl FnMut(&mut DraftApp, &IniEntry, &str) -> String,
+    instance: &str,
+    base_env: &[(String, String, usize)],
+) {
     let mut env: Vec<EnvVar> = base_env
         .iter()
         .map(|(name, value, line)| EnvVar {
@@ -148,8 +202,8 @@ pub(super) fn translate_program(
             line: Some(*line),
         })
         .collect();
-    if let Some(entry) = get("environment") {
-        let text = expand_at(&mut app, entry, INSTANCE_MARK);
+    if let Some(entry) = section.get("environment") {
+        let text = expand_at(app, entry, INSTANCE_MARK);
         match key_value_pairs(&text) {
             Ok(pairs) => {
                 for (name, value) in pairs {
@@ -157,7 +211,7 @@ pub(super) fn translate_program(
                         &mut env,
                         EnvVar {
                             name,
-                            value: value.replace(INSTANCE_MARK, &instance),
+                            value: value.replace(INSTANCE_MARK, instance),
                             line: Some(entry.line),
                         },
                     );
@@ -173,22 +227,27 @@ pub(super) fn translate_program(
             ),
         }
     }
-    let env = checked_env(&mut app, env, get("user").is_some());
+    let env = checked_env(app, env, section.get("user").is_some());
     if !env.is_empty() {
         app.set("env", Value::Object(env));
     }
+}
 
-    let autostart = get("autostart").is_none_or(|e| truthy(&e.value) != Some(false));
+/// `autostart` and `numprocs` as `instances`, and `process_name`.
+fn instances(section: &IniSection, app: &mut DraftApp, numprocs: i64, name: &str) {
+    let autostart = section
+        .get("autostart")
+        .is_none_or(|e| truthy(&e.value) != Some(false));
     if !autostart {
         app.note(
-            get("autostart").map(|e| e.line),
+            section.get("autostart").map(|e| e.line),
             "`autostart = false`: declared with 0 instances; set `instances` to start it",
         );
         app.set("instances", json!(0));
     } else if numprocs != 1 {
         app.set("instances", json!(numprocs));
     }
-    if let Some(entry) = get("process_name") {
+    if let Some(entry) = section.get("process_name") {
         app.leave_out_with_note(
             "process_name",
             Some(entry.line),
@@ -198,21 +257,24 @@ pub(super) fn translate_program(
             ),
         );
     }
+}
 
-    // Restarts: supervisord's default is `unexpected`, our `on-failure`.
-    let autorestart =
-        get("autorestart").map_or("unexpected".to_string(), |e| e.value.to_ascii_lowercase());
+/// Restarts: supervisord's default is `unexpected`, our `on-failure`.
+fn restarts(section: &IniSection, app: &mut DraftApp) {
+    let autorestart = section
+        .get("autorestart")
+        .map_or("unexpected".to_string(), |e| e.value.to_ascii_lowercase());
     match truthy(&autorestart) {
         Some(true) => {}
         Some(false) => app.set("restart", json!("never")),
         None => {
             app.set("restart", json!("on-failure"));
             if autorestart != "unexpected" {
-                app.warn(get("autorestart").map(|e| e.line), format!("`autorestart = {autorestart}` is not true, false nor unexpected; written as on-failure"));
+                app.warn(section.get("autorestart").map(|e| e.line), format!("`autorestart = {autorestart}` is not true, false nor unexpected; written as on-failure"));
             }
         }
     }
-    if let Some(entry) = get("exitcodes") {
+    if let Some(entry) = section.get("exitcodes") {
         let codes: Vec<&str> = entry.value.split(',').map(str::trim).collect();
         if codes != ["0"] {
             app.warn(
@@ -224,17 +286,22 @@ pub(super) fn translate_program(
             );
         }
     }
-    let startsecs = number(&mut app, "startsecs", 1).max(0);
+}
+
+/// `startsecs` as `ready: {delay}` (and a `ready_timeout` above a long one):
+/// the `startsecs` taken, for `startretries`.
+fn readiness(section: &IniSection, app: &mut DraftApp) -> i64 {
+    let startsecs = number(section, app, "startsecs", 1).max(0);
     let startsecs = if startsecs > MAX_STARTSECS {
         app.warn(
-            get("startsecs").map(|e| e.line),
+            section.get("startsecs").map(|e| e.line),
             format!("`startsecs = {startsecs}`: more than a year; written as {MAX_STARTSECS}s"),
         );
         MAX_STARTSECS
     } else {
         startsecs
     };
-    if let Some(entry) = get("startsecs") {
+    if let Some(entry) = section.get("startsecs") {
         if startsecs == 0 {
             app.set("ready", json!("none"));
         } else {
@@ -263,8 +330,14 @@ pub(super) fn translate_program(
             );
         }
     }
-    if let Some(entry) = get("startretries") {
-        let retries = number(&mut app, "startretries", 3).clamp(1, i64::from(u32::MAX));
+    startsecs
+}
+
+/// `startretries` as `max_restarts` within the window supervisord would
+/// have given up in.
+fn start_retries(section: &IniSection, app: &mut DraftApp, startsecs: i64) {
+    if let Some(entry) = section.get("startretries") {
+        let retries = number(section, app, "startretries", 3).clamp(1, i64::from(u32::MAX));
         // supervisord waits 1 s, 2 s, … between tries: the window in which
         // it would have given up (at most a year).
         let within = startsecs
@@ -277,9 +350,11 @@ pub(super) fn translate_program(
         );
         app.note(Some(entry.line), format!("`startretries = {}`: supervisord gives up after that many failed starts in a row; supervise after that many restarts within {within}s", entry.value));
     }
+}
 
-    // Stopping.
-    if let Some(entry) = get("stopsignal") {
+/// The stop signal, `stopwaitsecs` as `kill_timeout`, and the group keys.
+fn stopping(section: &IniSection, app: &mut DraftApp) {
+    if let Some(entry) = section.get("stopsignal") {
         let signal = entry.value.trim().to_ascii_uppercase();
         // supervisord takes a number too.
         let signal = match signal
@@ -302,8 +377,8 @@ pub(super) fn translate_program(
             ),
         }
     }
-    if let Some(entry) = get("stopwaitsecs") {
-        let secs = number(&mut app, "stopwaitsecs", 10).max(0);
+    if let Some(entry) = section.get("stopwaitsecs") {
+        let secs = number(section, app, "stopwaitsecs", 10).max(0);
         if secs == 0 {
             app.set(
                 "kill_timeout",
@@ -322,7 +397,7 @@ pub(super) fn translate_program(
         }
     }
     for key in ["stopasgroup", "killasgroup"] {
-        if let Some(entry) = get(key) {
+        if let Some(entry) = section.get(key) {
             let what = if truthy(&entry.value) == Some(true) {
                 "nothing to write: supervise always signals the whole instance (every process in it)"
             } else {
@@ -334,22 +409,10 @@ pub(super) fn translate_program(
             );
         }
     }
-    if let Some(entry) = get("user") {
-        app.set("user", json!(entry.value));
-    }
-    if let Some(entry) = get("priority") {
-        app.leave_out_with_note(
-            "priority",
-            Some(entry.line),
-            format!(
-                "`priority = {}`: supervise starts apps together; to order them use `depends_on`",
-                entry.value
-            ),
-        );
-    }
+}
 
-    logs(section, &mut app, &mut expand_at, &instance, places);
-
+/// Every key not read above: left out, with a warning.
+fn leave_out_the_rest(section: &IniSection, app: &mut DraftApp) {
     for entry in &section.entries {
         if app.left_out.contains(&entry.key) {
             continue;
@@ -364,5 +427,4 @@ pub(super) fn translate_program(
             );
         }
     }
-    app
 }
