@@ -42,33 +42,8 @@ fn name_this_helper() {
 }
 
 fn main() -> ExitCode {
-    // The spawner: our own binary, started by the supervisor (see
-    // effects::spawn::Spawner), its socket as fd 3.
-    if std::env::args_os()
-        .nth(1)
-        .is_some_and(|a| a == effects::spawn::SPAWNER_ARG)
-    {
-        name_this_helper();
-        use std::os::fd::FromRawFd;
-        // SAFETY: the supervisor started us with our socket as fd 3, ours to own.
-        let socket = unsafe { std::os::fd::OwnedFd::from_raw_fd(3) };
-        effects::spawn::serve_spawner(socket);
-        return ExitCode::SUCCESS;
-    }
-    if std::env::args_os()
-        .nth(1)
-        .is_some_and(|a| a == effects::undertaker::UNDERTAKER_ARG)
-    {
-        name_this_helper();
-        use std::os::fd::FromRawFd;
-        let args: Vec<std::ffi::OsString> = std::env::args_os().skip(2).collect();
-        let Some(orders) = effects::undertaker::Orders::from_args(&args) else {
-            return ExitCode::from(2);
-        };
-        // SAFETY: the supervisor started us with our pipe as fd 3, ours to own.
-        let pipe = unsafe { std::os::fd::OwnedFd::from_raw_fd(3) };
-        effects::undertaker::serve(pipe, &orders);
-        return ExitCode::SUCCESS;
+    if let Some(helped) = serve_as_helper() {
+        return helped;
     }
     // Instants in an upgrade's state are CLOCK_MONOTONIC readings: the
     // image that writes it and the one that reads it (the probe too)
@@ -83,10 +58,48 @@ fn main() -> ExitCode {
     {
         return supervise::upgrade::probe::answer();
     }
-    let args = match Cli::try_parse_from(cli::follow_flag_after_logs(std::env::args_os())) {
-        Ok(args) => args,
-        Err(error) => return cli::output::clap_said(error),
-    };
+    match Cli::try_parse_from(cli::follow_flag_after_logs(std::env::args_os())) {
+        Ok(args) => carry_out(&args),
+        Err(error) => cli::output::clap_said(error),
+    }
+}
+
+/// Started by the supervisor as one of its helpers (the spawner, the
+/// undertaker): serve as it, then exit with the code returned.
+fn serve_as_helper() -> Option<ExitCode> {
+    // The spawner: our own binary, started by the supervisor (see
+    // effects::spawn::Spawner), its socket as fd 3.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == effects::spawn::SPAWNER_ARG)
+    {
+        name_this_helper();
+        use std::os::fd::FromRawFd;
+        // SAFETY: the supervisor started us with our socket as fd 3, ours to own.
+        let socket = unsafe { std::os::fd::OwnedFd::from_raw_fd(3) };
+        effects::spawn::serve_spawner(socket);
+        return Some(ExitCode::SUCCESS);
+    }
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == effects::undertaker::UNDERTAKER_ARG)
+    {
+        name_this_helper();
+        use std::os::fd::FromRawFd;
+        let args: Vec<std::ffi::OsString> = std::env::args_os().skip(2).collect();
+        let Some(orders) = effects::undertaker::Orders::from_args(&args) else {
+            return Some(ExitCode::from(2));
+        };
+        // SAFETY: the supervisor started us with our pipe as fd 3, ours to own.
+        let pipe = unsafe { std::os::fd::OwnedFd::from_raw_fd(3) };
+        effects::undertaker::serve(pipe, &orders);
+        return Some(ExitCode::SUCCESS);
+    }
+    None
+}
+
+/// Carry out the command line: a verb, or running the file.
+fn carry_out(args: &Cli) -> ExitCode {
     let file = args.file.as_deref();
     let socket = || client::socket_path(file, args.socket.as_deref());
     let with_socket = |run: &dyn Fn(&std::path::Path) -> Result<(), client::Failure>| {
@@ -192,6 +205,6 @@ fn main() -> ExitCode {
             client::logs(s, request)
         }),
         Some(Verb::Top) => client::finish(client::top(file, args.socket.as_deref())),
-        Some(Verb::Run) | None => cli::run(&args),
+        Some(Verb::Run) | None => cli::run(args),
     }
 }

@@ -68,26 +68,8 @@ pub fn export(file: Option<&Path>, target: &ExportTarget) -> ExitCode {
             return ExitCode::from(exit::USAGE);
         }
     };
-    if let ExportTarget::Kubernetes {
-        namespace, image, ..
-    } = target
-    {
-        if let Some(namespace) = namespace
-            && !kubernetes::is_dns1123_label(namespace)
-        {
-            err(&format!(
-                "error: `{namespace}` is not a Kubernetes namespace name (at most 63 lowercase letters, digits and `-`, starting and ending with a letter or digit)\n"
-            ));
-            return ExitCode::from(exit::USAGE);
-        }
-        if let Some(image) = image
-            && (image.is_empty() || image.trim() != image)
-        {
-            err(&format!(
-                "error: --image {image:?}: an image name must not be empty or begin or end with whitespace\n"
-            ));
-            return ExitCode::from(exit::USAGE);
-        }
+    if let Some(refused) = refuse_kubernetes_names(target) {
+        return refused;
     }
     let source = match Source::load(&path, &Host::detect()) {
         Ok(source) => source,
@@ -105,43 +87,7 @@ pub fn export(file: Option<&Path>, target: &ExportTarget) -> ExitCode {
         &source.text,
         &source.check_warnings,
     ));
-    let (exported, strict) = match target {
-        ExportTarget::Kubernetes {
-            image,
-            namespace,
-            app,
-            replicas_for_max,
-            strict,
-        } => (
-            kubernetes::export(
-                &source,
-                &kubernetes::Options {
-                    image: image.clone(),
-                    namespace: namespace.clone(),
-                    app: app.clone(),
-                    replicas_for_max: *replicas_for_max,
-                },
-            ),
-            *strict,
-        ),
-        ExportTarget::Systemd {
-            user,
-            systemd_version,
-            app,
-            strict,
-            ..
-        } => (
-            systemd::export(
-                &source,
-                &systemd::Options {
-                    user: *user,
-                    systemd_version: *systemd_version,
-                    app: app.clone(),
-                },
-            ),
-            *strict,
-        ),
-    };
+    let (exported, strict) = export_as(target, &source);
     let exported = match exported {
         Ok(exported) => exported,
         Err(message) => {
@@ -165,33 +111,9 @@ pub fn export(file: Option<&Path>, target: &ExportTarget) -> ExitCode {
     for note in &exported.notes {
         err(&format!("note: {note}\n"));
     }
-    let written = match target {
-        ExportTarget::Kubernetes { .. } => {
-            if let Err(unwritten) = out(&kubernetes::render(&exported)) {
-                return unwritten.report();
-            }
-            Ok((exported.count_text("object"), 0))
-        }
-        ExportTarget::Systemd { dir: None, .. } => {
-            if let Err(unwritten) = out(&systemd::render(&exported)) {
-                return unwritten.report();
-            }
-            Ok((exported.count_text("unit file"), 0))
-        }
-        ExportTarget::Systemd {
-            dir: Some(dir),
-            app,
-            ..
-        } => {
-            // The apps were found by the export, which would have refused an unknown --app.
-            let apps: Vec<&str> = source
-                .apps(app.as_deref())
-                .unwrap_or_default()
-                .iter()
-                .map(|a| a.name.as_str())
-                .collect();
-            write_units(dir, &exported, &apps)
-        }
+    let written = match write_out(target, &source, &exported) {
+        Ok(written) => written,
+        Err(unwritten) => return unwritten,
     };
     let (written, stale) = match written {
         Ok(written) => written,
@@ -273,4 +195,110 @@ fn write_new(path: &Path, text: &str) -> std::io::Result<()> {
         .create_new(true)
         .open(path)?;
     file.write_all(text.as_bytes())
+}
+
+/// A `--namespace` or `--image` Kubernetes would refuse: said, with the
+/// exit code.
+fn refuse_kubernetes_names(target: &ExportTarget) -> Option<ExitCode> {
+    if let ExportTarget::Kubernetes {
+        namespace, image, ..
+    } = target
+    {
+        if let Some(namespace) = namespace
+            && !kubernetes::is_dns1123_label(namespace)
+        {
+            err(&format!(
+                "error: `{namespace}` is not a Kubernetes namespace name (at most 63 lowercase letters, digits and `-`, starting and ending with a letter or digit)\n"
+            ));
+            return Some(ExitCode::from(exit::USAGE));
+        }
+        if let Some(image) = image
+            && (image.is_empty() || image.trim() != image)
+        {
+            err(&format!(
+                "error: --image {image:?}: an image name must not be empty or begin or end with whitespace\n"
+            ));
+            return Some(ExitCode::from(exit::USAGE));
+        }
+    }
+    None
+}
+
+/// The file exported as `target` asks, and whether a warning fails it
+/// (`--strict`).
+fn export_as(target: &ExportTarget, source: &Source) -> (Result<Exported, String>, bool) {
+    match target {
+        ExportTarget::Kubernetes {
+            image,
+            namespace,
+            app,
+            replicas_for_max,
+            strict,
+        } => (
+            kubernetes::export(
+                source,
+                &kubernetes::Options {
+                    image: image.clone(),
+                    namespace: namespace.clone(),
+                    app: app.clone(),
+                    replicas_for_max: *replicas_for_max,
+                },
+            ),
+            *strict,
+        ),
+        ExportTarget::Systemd {
+            user,
+            systemd_version,
+            app,
+            strict,
+            ..
+        } => (
+            systemd::export(
+                source,
+                &systemd::Options {
+                    user: *user,
+                    systemd_version: *systemd_version,
+                    app: app.clone(),
+                },
+            ),
+            *strict,
+        ),
+    }
+}
+
+/// Print the export, or write its units to `--dir`: what was written, and
+/// how many stale units were found (or the exit code of a failed print).
+fn write_out(
+    target: &ExportTarget,
+    source: &Source,
+    exported: &Exported,
+) -> Result<Result<(String, usize), String>, ExitCode> {
+    Ok(match target {
+        ExportTarget::Kubernetes { .. } => {
+            if let Err(unwritten) = out(&kubernetes::render(exported)) {
+                return Err(unwritten.report());
+            }
+            Ok((exported.count_text("object"), 0))
+        }
+        ExportTarget::Systemd { dir: None, .. } => {
+            if let Err(unwritten) = out(&systemd::render(exported)) {
+                return Err(unwritten.report());
+            }
+            Ok((exported.count_text("unit file"), 0))
+        }
+        ExportTarget::Systemd {
+            dir: Some(dir),
+            app,
+            ..
+        } => {
+            // The apps were found by the export, which would have refused an unknown --app.
+            let apps: Vec<&str> = source
+                .apps(app.as_deref())
+                .unwrap_or_default()
+                .iter()
+                .map(|a| a.name.as_str())
+                .collect();
+            write_units(dir, exported, &apps)
+        }
+    })
 }
