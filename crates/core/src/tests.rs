@@ -4,9 +4,10 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::commands::Order;
+use crate::reconcile::StopReason;
 use model::orders::WatchdogMessage;
-use model::process::StartStage;
-use model::spec::AppSpec;
+use model::process::{Exit, StartError, StartStage};
+use model::spec::{AppSpec, Readiness, SocketKey};
 
 fn core_with(apps: Vec<AppSpec>, now: Instant) -> Core {
     let desired = Desired {

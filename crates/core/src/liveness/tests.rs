@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 use model::Signal;
 
 use super::super::harness::check_answer;
+use super::super::reconcile::StopReason;
 use super::super::worker::{Outcome, State};
-use super::super::{Action, Core, Event, Input, StopReason};
+use super::super::{Action, Core, Event, Input};
 use model::orders::{CheckOrder, WatchdogMessage};
 use model::spec::{
     AppSpec, Desired, HealthCheck, HealthSpec, MaxRestarts, Probe, ProbeKind, ProbeSpec, Readiness,
