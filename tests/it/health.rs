@@ -443,6 +443,66 @@ apps:
     assert_eq!(s.count("memory_exceeded", "runaway"), 1, "{}", s.dump());
 }
 
+#[test]
+fn probe_checks_due_while_hundreds_start_are_timed_from_their_real_start() {
+    // 400 instances, each checked every 50 ms with a 50 ms timeout while
+    // the loop is busy starting the others: a check counted from when it
+    // was due, not from when it ran, failed checks that never ran.
+    const COUNT: u16 = 400;
+    let base = free_ports(COUNT);
+    let listeners: Vec<std::net::TcpListener> = (0..COUNT)
+        .map(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).expect("a port just free"))
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    // Accepted and dropped, so that no backlog fills up.
+    let acceptor = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            for listener in &listeners {
+                listener.set_nonblocking(true).expect("nonblocking");
+            }
+            while !stop.load(Ordering::Relaxed) {
+                for listener in &listeners {
+                    while listener.accept().is_ok() {}
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
+    let yaml = format!(
+        r#"
+apps:
+  many:
+    command: sleep 1000
+    instances: {COUNT}
+    ready: none
+    health: {{tcp: "127.0.0.1:{{instance+{base}}}", every: 50ms, timeout: 50ms, failures: 3}}
+"#
+    );
+    let mut s = Supervised::start(&yaml);
+    // Every instance's first check passed, the last ones' while the loop
+    // was still starting instances.
+    s.wait_for("all_ready", |e| e["event"] == "all_ready");
+    let all_healthy = |status: &Value| {
+        let workers = crate::common::app_status(status, "many")["workers"]
+            .as_array()
+            .cloned();
+        workers.is_some_and(|w| {
+            w.len() == usize::from(COUNT) && w.iter().all(|w| w["health"] == "healthy")
+        })
+    };
+    assert!(
+        eventually(WAIT, || all_healthy(&crate::common::status_json(&s))),
+        "not every instance became healthy"
+    );
+    s.barrier();
+    assert_eq!(s.count("check_failed", "many"), 0, "{}", s.dump());
+    assert_eq!(s.count("unhealthy", "many"), 0);
+    // The checks fail from here on: the ports close.
+    stop.store(true, Ordering::Relaxed);
+    acceptor.join().unwrap();
+}
+
 /// One `GET /` on a new connection: answered 200?
 fn get(port: u16) -> bool {
     let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {

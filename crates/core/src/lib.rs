@@ -59,6 +59,10 @@ pub const FULL_PASS_INTERVAL: Duration = Duration::from_secs(10);
 /// its port before an instance ready without the preload library's report
 /// is said to be unreached (`not_injected`).
 pub const INJECT_GRACE: Duration = Duration::from_secs(10);
+/// How much longer than its `timeout` the core waits for the answer of a
+/// probe check the shell times itself ([`reconcile`]'s `answer_within`): a
+/// bug guard for a lost answer.
+pub const CHECK_ANSWER_GRACE: Duration = Duration::from_secs(1);
 /// Reconcile passes for one app within one convergence (a bug guard: a
 /// healthy app settles in a handful).
 pub const MAX_PASSES: usize = 64;

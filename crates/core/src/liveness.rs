@@ -99,7 +99,7 @@ impl Core {
             .spec
             .health
             .as_ref()
-            .map_or(Duration::ZERO, |h| h.timeout);
+            .map_or(Duration::ZERO, crate::reconcile::answer_within);
         self.emit(Action::CancelCheck { pid });
         let detail = format!("no answer within {}", humantime::format_duration(timeout));
         self.checked(pid, check, false, detail, now);

@@ -299,6 +299,7 @@ fn wind_down(workers: &Workers, plan: &mut Plan) {
 }
 
 mod drive;
+pub use drive::answer_within;
 mod slots;
 
 #[cfg(test)]

@@ -445,7 +445,7 @@ impl World {
 
     /// Liveness checks, watchdogs and recycling: a check runs exactly for
     /// each ready worker that waits for one (never two at once, never for
-    /// a worker that stopped), no check waits past its timeout and no
+    /// a worker that stopped), no check waits past its time to answer and no
     /// watchdog past its deadline unnoticed.
     fn liveness_violation(&self) -> Option<String> {
         let core = self.supervisor.core();
@@ -472,10 +472,10 @@ impl World {
                         .spec
                         .health
                         .as_ref()
-                        .map_or(Duration::ZERO, |h| h.timeout);
+                        .map_or(Duration::ZERO, supervise_core::reconcile::answer_within);
                     if now > started + timeout {
                         return Some(format!(
-                            "{label}: check #{number} runs {} ms past its timeout",
+                            "{label}: check #{number} runs {} ms past its time to answer",
                             (now - started - timeout).as_millis()
                         ));
                     }

@@ -4,8 +4,9 @@
 use std::time::{Duration, Instant};
 
 use super::{Plan, Step, StopReason};
+use crate::CHECK_ANSWER_GRACE;
 use crate::worker::{AfterStop, Outcome, State, Worker};
-use model::spec::{AppSpec, Readiness};
+use model::spec::{AppSpec, HealthCheck, HealthSpec, Readiness};
 
 /// A ready worker's watchdog and liveness checks: what is due now, and when
 /// to look again. A worker being recycled is not checked any more (its
@@ -37,7 +38,7 @@ pub(super) fn watch(worker: &Worker, spec: &AppSpec, checks: bool, now: Instant,
     };
     let (due, step) = match worker.health.in_flight {
         Some((_, started)) => (
-            started + health.timeout,
+            started + answer_within(health),
             Step::CheckTimedOut { id: worker.id },
         ),
         None => (
@@ -49,6 +50,19 @@ pub(super) fn watch(worker: &Worker, spec: &AppSpec, checks: bool, now: Instant,
         plan.steps.push(step);
     } else {
         plan.wake(due);
+    }
+}
+
+/// How long after ordering a liveness check the core waits for its answer.
+/// A probe (`tcp`, `http`) is timed by the shell from when it really
+/// starts — the loop may be busy spawning when it is due, and a timeout
+/// counted from then failed checks that never ran — so the core waits
+/// [`CHECK_ANSWER_GRACE`] longer, only for an answer that is lost. An
+/// `exec` check's process is started when ordered: its `timeout` holds.
+pub fn answer_within(health: &HealthSpec) -> Duration {
+    match health.check {
+        HealthCheck::Probe(_) => health.timeout + CHECK_ANSWER_GRACE,
+        HealthCheck::Exec(_) => health.timeout,
     }
 }
 
