@@ -417,9 +417,21 @@ fn report_tracking(tracking: &Tracking) {
     }
 }
 
-/// Raise the soft RLIMIT_NOFILE to the hard limit (1,000 instances need 2,000+
-/// pipe fds); returns the original soft limit, which workers get back.
+/// The hard RLIMIT_NOFILE supervise gives itself where it may raise it
+/// (root, CAP_SYS_RESOURCE): systemd's default for its services
+/// (`DefaultLimitNOFILE=1024:524288`), within the kernel's `fs.nr_open`.
+const RAISED_HARD_NOFILE: libc::rlim_t = 524_288;
+
+/// Raise the soft RLIMIT_NOFILE to the hard limit (each running instance
+/// holds 2 fds: 9,990 need 20,000), and where it may, the hard limit to
+/// [`RAISED_HARD_NOFILE`] first; returns the original soft limit, which
+/// workers get back (they keep the hard one, as under systemd).
 fn raise_fd_limit() -> libc::rlim_t {
+    let kernel_ceiling = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|n| n.trim().parse::<libc::rlim_t>().ok())
+        .unwrap_or(RAISED_HARD_NOFILE);
+    let wanted = RAISED_HARD_NOFILE.min(kernel_ceiling);
     // SAFETY: getrlimit/setrlimit with a valid struct.
     unsafe {
         let mut limit: libc::rlimit = std::mem::zeroed();
@@ -427,6 +439,16 @@ fn raise_fd_limit() -> libc::rlim_t {
             return libc::RLIM_INFINITY;
         }
         let original = limit.rlim_cur;
+        if limit.rlim_max != libc::RLIM_INFINITY && limit.rlim_max < wanted {
+            let raised = libc::rlimit {
+                rlim_cur: wanted,
+                rlim_max: wanted,
+            };
+            // Refused (EPERM) without the privilege: the hard limit stays.
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                return original;
+            }
+        }
         limit.rlim_cur = limit.rlim_max;
         libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
         original

@@ -170,7 +170,7 @@ impl<E: Effects> Supervisor<E> {
     /// Handle a batch of events, then let the core settle once.
     pub fn handle_all(&mut self, news: impl IntoIterator<Item = News>) {
         let now = self.clock();
-        self.core.begin_turn();
+        self.core.begin_turn(self.effects.start_room());
         for news in news {
             self.take(news, now);
         }

@@ -142,6 +142,7 @@ pub(crate) fn event(event: &Event, shown: &str) {
         Event::Reconciled { .. }
         | Event::Ignored(_)
         | Event::Stalled { .. }
+        | Event::StartsWaitForRoom
         | Event::Anomaly(_) => own(event),
     }
 }
@@ -535,6 +536,10 @@ fn own(event: &Event) {
             stalled_ms = millis(*by),
             "supervise did not run for {} past its wake-up (stopped, paused or starved); the deadlines of readiness, checks and watchdogs move by as much",
             short_duration(*by)
+        ),
+        Event::StartsWaitForRoom => warn!(
+            event = "starts_wait_for_room",
+            "instances wait to start: supervise is at its limit of open files (RLIMIT_NOFILE); they start as files are freed. Raise the limit (systemd: LimitNOFILE=, a shell: ulimit -Hn as root) or run fewer instances"
         ),
         Event::Anomaly(what) => error!(event = "anomaly", "internal: {what}"),
         _ => {}

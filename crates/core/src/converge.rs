@@ -7,8 +7,8 @@ use std::time::Instant;
 use super::reconcile::{self, Plan, Step, StopReason, Target};
 use super::worker::{AfterStop, Worker};
 use super::{
-    Action, Core, Event, Instance, MAX_GATE_ROUNDS, MAX_PASSES, Phase, ReadyVia, StopHow,
-    UNSETTLED_RETRY,
+    Action, Core, Event, Instance, MAX_GATE_ROUNDS, MAX_PASSES, NO_ROOM_REPEAT, NO_ROOM_RETRY,
+    Phase, ReadyVia, StopHow, UNSETTLED_RETRY,
 };
 use model::Signal;
 use model::orders::{SpawnOrder, WorkerId};
@@ -140,8 +140,20 @@ impl Core {
                 _ => true,
             });
             let deferred = steps.len() < before;
+            let said_lately = self
+                .no_room_said
+                .is_some_and(|at| now.saturating_duration_since(at) < NO_ROOM_REPEAT);
+            if deferred && self.no_room && !said_lately {
+                self.no_room_said = Some(now);
+                self.outbox.push(Action::Report(Event::StartsWaitForRoom));
+            }
             if steps.is_empty() {
-                app.wake_at = if deferred { Some(now) } else { wake_at };
+                let retry = if self.no_room {
+                    now + NO_ROOM_RETRY
+                } else {
+                    now
+                };
+                app.wake_at = if deferred { Some(retry) } else { wake_at };
                 self.report(Event::Reconciled {
                     app: name.clone(),
                     passes: pass,

@@ -278,6 +278,9 @@ pub enum Event {
     Stalled {
         by: Duration,
     },
+    /// Starts are held back: the shell has no file descriptors for them
+    /// (they start as fds are freed; said at most once a minute).
+    StartsWaitForRoom,
     /// A decision of the core's own that a worker refused: a bug (error).
     Anomaly(String),
 }

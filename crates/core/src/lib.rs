@@ -77,6 +77,10 @@ pub const MEMORY_ANSWER_LOST: Duration = Duration::from_secs(60);
 /// this many, and signals, control requests and exits are handled between
 /// them instead of waiting seconds for the whole batch.
 pub const SPAWNS_PER_TURN: usize = 64;
+/// How soon starts held back for want of file descriptors are tried again.
+pub const NO_ROOM_RETRY: Duration = Duration::from_millis(250);
+/// [`Event::StartsWaitForRoom`] is said at most this often.
+pub const NO_ROOM_REPEAT: Duration = Duration::from_secs(60);
 
 /// Where the supervisor is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -137,6 +141,12 @@ pub struct Core {
     /// turn does not outlive its image, and the new one begins afresh.
     #[serde(skip, default = "spawns_per_turn")]
     spawn_budget: usize,
+    /// The shell had no room for a start this turn ([`Core::begin_turn`]).
+    #[serde(skip)]
+    no_room: bool,
+    /// When [`Event::StartsWaitForRoom`] was said last.
+    #[serde(skip)]
+    no_room_said: Option<Instant>,
     /// When the memory of instances with `max_memory` is measured next.
     #[serde(with = "model::monotonic::instant")]
     memory_due: Instant,
@@ -189,6 +199,8 @@ impl Core {
             broken: 0,
             outbox: Vec::new(),
             spawn_budget: SPAWNS_PER_TURN,
+            no_room: false,
+            no_room_said: None,
             memory_due: now + desired.memory_check,
             measuring: None,
             memory_rounds: 0,
@@ -198,9 +210,14 @@ impl Core {
         }
     }
 
-    /// A new turn of the loop: [`SPAWNS_PER_TURN`] more starts may be decided.
-    pub fn begin_turn(&mut self) {
-        self.spawn_budget = SPAWNS_PER_TURN;
+    /// A new turn of the loop: up to [`SPAWNS_PER_TURN`] more starts may be
+    /// decided, and no more than `room`, the starts the shell has file
+    /// descriptors for. Starts left over wait for the next turn; with no
+    /// room at all, [`NO_ROOM_RETRY`] later (nothing else tells when fds
+    /// are freed), said once by [`Event::StartsWaitForRoom`].
+    pub fn begin_turn(&mut self, room: usize) {
+        self.spawn_budget = room.min(SPAWNS_PER_TURN);
+        self.no_room = room == 0;
     }
 
     pub fn apps(&self) -> impl Iterator<Item = &App> {

@@ -9,8 +9,8 @@
 
 use std::time::Instant;
 
-use super::Core;
 use super::worker::State;
+use super::{Core, SPAWNS_PER_TURN};
 
 /// The format of a serialized [`Core`]. Bump it on any change that an
 /// older or newer image would read wrongly (a field renamed, removed or
@@ -56,7 +56,7 @@ impl Core {
     /// event, so there is none at a handover; one found is reported as an
     /// anomaly.
     pub fn resumed(&mut self, now: Instant) {
-        self.begin_turn();
+        self.begin_turn(SPAWNS_PER_TURN);
         // A state from an image that had no `started_reported` told systemd
         // its start with `all_ready`.
         self.started_reported |= self.all_ready_reported;

@@ -628,3 +628,49 @@ fn a_stall_of_ours_moves_the_watchdog_and_a_ping_after_it_keeps_the_worker() {
         }
     }
 }
+
+#[test]
+fn without_room_for_a_start_starts_wait_said_once_and_come_with_room() {
+    let now = Instant::now();
+    let mut spec = AppSpec::with_defaults("web", &["server"], 3);
+    spec.ready = Readiness::Immediate;
+    let desired = Desired {
+        source: "/srv/ecosystem.yaml".into(),
+        apps: vec![spec],
+        memory_check: model::spec::defaults::MEMORY_CHECK,
+        metrics: None,
+    };
+    let mut core = Core::new(&desired, 1000, now);
+    let spawns = |actions: &[Action]| {
+        actions
+            .iter()
+            .filter(|a| matches!(a, Action::Spawn(_)))
+            .count()
+    };
+    let said = |actions: &[Action]| {
+        actions
+            .iter()
+            .filter(|a| matches!(a, Action::Report(Event::StartsWaitForRoom)))
+            .count()
+    };
+    core.begin_turn(0);
+    core.converge(now);
+    let actions = core.take_actions();
+    assert_eq!((spawns(&actions), said(&actions)), (0, 1));
+    assert_eq!(core.next_wake(), now + NO_ROOM_RETRY, "no busy loop");
+    let later = now + NO_ROOM_RETRY;
+    core.begin_turn(0);
+    core.input(Input::Tick, later);
+    core.converge(later);
+    let actions = core.take_actions();
+    assert_eq!((spawns(&actions), said(&actions)), (0, 0), "said once");
+    let room = later + NO_ROOM_RETRY;
+    core.begin_turn(2);
+    core.input(Input::Tick, room);
+    core.converge(room);
+    assert_eq!(
+        spawns(&core.take_actions()),
+        2,
+        "as many as there is room for"
+    );
+}

@@ -12,6 +12,7 @@ pub mod cgroup;
 pub(crate) mod checks;
 pub mod clock;
 pub mod clock_set;
+pub mod fd_room;
 
 pub(crate) mod groups;
 pub(crate) mod inject;
@@ -142,6 +143,10 @@ pub trait Effects {
     /// Measure the memory of the instances led by `pids`, off the loop;
     /// the answer comes back as an event, with `round`.
     fn measure_memory(&mut self, round: u64, pids: Vec<i32>);
+
+    /// How many processes may start now: the file descriptors they need
+    /// are free ([`fd_room`]).
+    fn start_room(&mut self) -> usize;
 
     /// The hard memory ceiling of the running instance led by `pgid` is now
     /// `bytes` (`None`: none), where the kernel can hold it to one.

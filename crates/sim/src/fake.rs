@@ -196,6 +196,8 @@ pub struct FakeEffects {
     pub probe_refuses: bool,
     /// Execs of a new image that took place.
     pub execs: u64,
+    /// The starts there are file descriptors for, each turn.
+    pub start_room: usize,
 }
 
 /// What the simulated effects hand the next image: the listening sockets
@@ -242,6 +244,7 @@ impl FakeEffects {
             populated: BTreeSet::new(),
             checks: BTreeMap::new(),
             measuring: None,
+            start_room: usize::MAX,
             probe: None,
             probe_refuses: false,
             execs: 0,
@@ -683,6 +686,10 @@ impl Effects for FakeEffects {
         self.history
             .push(format!("measure memory of {} instances", pids.len()));
         self.measuring = Some((round, pids));
+    }
+
+    fn start_room(&mut self) -> usize {
+        self.start_room
     }
 
     fn limit_memory(&mut self, pgid: i32, bytes: Option<u64>) {

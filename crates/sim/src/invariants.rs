@@ -290,6 +290,13 @@ impl World {
     fn spawn_violation(&self) -> Option<String> {
         let core = self.supervisor.core();
         let fake = self.supervisor.effects();
+        let made = fake.spawned_since(self.unseen_pid).count();
+        if made > fake.start_room {
+            return Some(format!(
+                "{made} processes started in one turn, with file descriptors for {}",
+                fake.start_room
+            ));
+        }
         for process in fake.spawned_since(self.unseen_pid) {
             let Some(app) = core.app(&process.app) else {
                 return Some(format!(

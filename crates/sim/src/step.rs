@@ -82,6 +82,12 @@ pub enum Step {
     Stall {
         millis: u64,
     },
+    /// The shell has file descriptors for this many starts a turn from now
+    /// on (`usize::MAX`: no bound). No turn starts more; the starts held
+    /// back are said, and come once there is room.
+    FdRoom {
+        starts: usize,
+    },
     /// A new version of the file.
     Edit(Edit),
     /// An edit that does not check.
@@ -326,6 +332,7 @@ impl World {
                 | Step::MemoryAnswer { over: None, .. }
                 | Step::SetClock { .. }
                 | Step::Stall { .. }
+                | Step::FdRoom { .. }
         );
         match step {
             Step::Wait(millis) => {
@@ -428,6 +435,10 @@ impl World {
                 self.handle(News::Timer);
             }
             Step::Stall { millis } => self.stall(millis)?,
+            Step::FdRoom { starts } => {
+                self.fake().start_room = starts;
+                self.handle(News::Timer);
+            }
             Step::Edit(edit) => self.edit(edit),
             Step::InvalidEdit => self.handle(News::Config(Loaded {
                 trigger: "the file changed".into(),

@@ -36,7 +36,7 @@ fn round_trip(core: &Core) -> Core {
 fn survives(h: &mut Harness, follow: impl Fn(&mut Harness)) {
     assert!(h.core.take_actions().is_empty(), "the harness settled");
     // The turn's budget is not kept: a restored core begins a turn.
-    h.core.begin_turn();
+    h.core.begin_turn(crate::SPAWNS_PER_TURN);
     let restored = round_trip(&h.core);
     assert_eq!(format!("{:?}", h.core), format!("{restored:?}"));
     assert_eq!(restored.spawn_budget, super::super::SPAWNS_PER_TURN);

@@ -146,6 +146,8 @@ pub struct System {
     /// After an upgrade: children of the previous image that are no longer
     /// ours to reap (something in the exec window reaped them), reaped first.
     lost: Vec<Reaped>,
+    /// The fd limit, for [`Effects::start_room`].
+    fd_room: crate::fd_room::FdRoom,
 }
 
 impl System {
@@ -165,6 +167,7 @@ impl System {
             probe: None,
             abandoned_probes: Vec::new(),
             lost: Vec::new(),
+            fd_room: crate::fd_room::FdRoom::measure(),
         }
     }
 
@@ -262,6 +265,10 @@ impl Effects for System {
 
     fn measure_memory(&mut self, round: u64, pids: Vec<i32>) {
         System::measure_memory(self, round, pids);
+    }
+
+    fn start_room(&mut self) -> usize {
+        self.fd_room.starts(self.processes.len())
     }
 
     fn limit_memory(&mut self, pgid: i32, bytes: Option<u64>) {

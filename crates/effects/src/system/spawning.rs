@@ -87,6 +87,7 @@ impl System {
             }
         };
         let pid = spawned.pid;
+        self.fd_room.started();
         self.groups.started(pid, placement);
         if let Err(error) = self.setup.undertaker.watch(pid) {
             warn!("cannot tell the undertaker about process group {pid}: {error}");

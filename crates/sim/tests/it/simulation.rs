@@ -1603,3 +1603,49 @@ fn an_instance_being_replaced_for_memory_stops_past_its_ceiling() {
         ],
     );
 }
+
+/// Out of file descriptors, starts wait instead of failing, and come as
+/// room is given back, no more per turn than there is room for (the
+/// invariants check each turn).
+#[test]
+fn starts_wait_for_file_descriptors_and_come_as_room_is_given() {
+    let apps = vec![app("web", 6, Readiness::Immediate)];
+    let steps = [
+        Step::FdRoom { starts: 0 },
+        Step::Edit(Edit::Scale {
+            app: 0,
+            instances: 12,
+        }),
+        Step::Wait(1000),
+        Step::FdRoom { starts: 2 },
+        Step::Wait(1000),
+        Step::FdRoom { starts: usize::MAX },
+        Step::Wait(1000),
+    ];
+    for cgroups in [false, true] {
+        let mut world = if cgroups {
+            World::with_cgroups(apps.clone())
+        } else {
+            World::new(apps.clone())
+        };
+        for (at, step) in steps.iter().enumerate() {
+            if let Err(violation) = world.step(step.clone()) {
+                panic!("step {at}: {}", violation.0);
+            }
+            if at <= 2 {
+                assert_eq!(
+                    world.live().len(),
+                    6,
+                    "none started without room (step {at})"
+                );
+            }
+        }
+        assert_eq!(world.live().len(), 12);
+        let failed = world
+            .history()
+            .iter()
+            .filter(|h| h.ends_with("failed"))
+            .count();
+        assert_eq!(failed, 0, "{:#?}", world.history());
+    }
+}
