@@ -21,6 +21,9 @@ to the first (after/before):
     median and max of 5 calls;
   - the supervisor's CPU over --idle seconds (utime+stime from
     /proc/PID/stat), as % of one core;
+  - a raw loop of `os.posix_spawn` of the same N `sleep 100000` in this
+    script, after the supervisor rounds (killed by pid and reaped at once),
+    and each binary's start to all running divided by it;
   - SIGTERM to the supervisor's exit, and how many of the processes it spawned
     are still alive after it exited (a zombie counts as gone: its parent,
     supervise, is gone).
@@ -56,6 +59,7 @@ import argparse
 import json
 import os
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -68,6 +72,34 @@ from harness import TICKS, Failed, children, cpu_ticks, log, parse_ts, rss_kb  #
 
 MAX_INSTANCES_PER_APP = 4096  # src/spec.rs, defaults::MAX_INSTANCES
 STATUS_CALLS = 5
+# effects::fd_room: fds kept free for all but starts, and what a start
+# needs beyond what it keeps.
+FD_RESERVE = 256
+FDS_TRANSIENT = 4
+
+
+def raw_spawn_loop(n):
+    """Seconds a plain loop of os.posix_spawn takes to start n `sleep 100000`
+    (the same program supervise starts), measured here beside supervise; the
+    processes are SIGKILLed by pid and reaped before it returns."""
+    sleep = "/bin/sleep" if os.path.exists("/bin/sleep") else "/usr/bin/sleep"
+    pids = []
+    try:
+        started = time.monotonic()
+        for _ in range(n):
+            pids.append(os.posix_spawn(sleep, ["sleep", "100000"], os.environ))
+        return time.monotonic() - started
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for pid in pids:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
 
 
 def fd_count(pid):
@@ -270,6 +302,10 @@ def main():
         return r
 
     results = harness.run_rounds(binaries, args.rounds, run, settle=1)
+    raw = []
+    for round_ in range(args.rounds):
+        raw.append(raw_spawn_loop(n))
+        log(f"round {round_ + 1}/{args.rounds}: a raw posix_spawn loop started {n} in {raw[-1] * 1000:.0f} ms")
 
     rows = [
         ("start to all running (ms)", "start_s", 1000, "{:.0f}"),
@@ -300,6 +336,13 @@ def main():
         return ""
 
     harness.print_table(rows, results, labels, no_ratio={"left"}, spread_keys=spread_keys, annotate=annotate)
+    raw_ms = statistics.median(raw) * 1000
+    print(f"\nA raw loop of posix_spawn of {n} `sleep 100000` (this script, same run): {raw_ms:.0f} ms")
+    for label in labels:
+        starts = [r["start_s"] for r in results[label] if r.get("start_s") is not None]
+        if starts:
+            ratio = statistics.median(starts) * 1000 / raw_ms
+            print(f"{label}: start to all running / raw loop = {ratio:.2f}×")
 
     def column(label, key):
         return [r[key] for r in results[label] if r.get(key) is not None]
@@ -312,7 +355,10 @@ def main():
             fds0 = statistics.median(column(label, "fds0"))
             print(f"{label}: at {statistics.median(per):.3f} fds per instance, the RLIMIT_NOFILE of {limit} "
                   f"(supervise raises its soft limit to the hard one) allows ({limit} - {fds0:.0f}) / "
-                  f"{statistics.median(per):.3f} = {statistics.median(bound):.0f} instances: that is what "
+                  f"{statistics.median(per):.3f} = {statistics.median(bound):.0f} instances, less the "
+                  f"{FD_RESERVE} fds a newer build keeps for commands and the {FDS_TRANSIENT} a start needs "
+                  f"while it is made: ({limit} - {fds0:.0f} - {FD_RESERVE + FDS_TRANSIENT}) / {statistics.median(per):.3f} = "
+                  f"{(limit - fds0 - FD_RESERVE - FDS_TRANSIENT) / statistics.median(per):.0f}: that is what "
                   f"bounds the instance count (apps are unlimited, 4,096 instances each; "
                   f"pid_max is {pid_max}).")
 
