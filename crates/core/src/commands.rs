@@ -207,7 +207,7 @@ impl Core {
 }
 
 /// Held instances named in one message at most (then `and N more`).
-pub const MAX_HELD_NAMED: usize = 8;
+pub(crate) const MAX_HELD_NAMED: usize = 8;
 
 /// What `restart` says of the held slots it passed by.
 fn held_note(name: &str, slots: &[u32]) -> String {

@@ -55,7 +55,7 @@ impl Gate {
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
 )]
-pub struct WorkerRun {
+pub(crate) struct WorkerRun {
     worker: WorkerId,
     run: u32,
 }

@@ -47,7 +47,7 @@ pub struct Instance {
 
 impl Instance {
     /// The instance `worker` of app `app` stands for.
-    pub fn of(app: &str, worker: &Worker) -> Instance {
+    pub(crate) fn of(app: &str, worker: &Worker) -> Instance {
         Instance {
             app: app.to_string(),
             slot: worker.slot,

@@ -13,7 +13,7 @@ use model::process::Exit;
 use model::spec::{AppSpec, Desired};
 
 /// The answer to check `order`: passed, or failed with `HTTP 500`.
-pub fn check_answer(order: &CheckOrder, passed: bool) -> Input {
+pub(crate) fn check_answer(order: &CheckOrder, passed: bool) -> Input {
     Input::Checked {
         pid: order.pid,
         check: order.check,
@@ -27,7 +27,7 @@ pub fn check_answer(order: &CheckOrder, passed: bool) -> Input {
 }
 
 /// The core with a pretend shell around it.
-pub struct Harness {
+pub(crate) struct Harness {
     pub core: Core,
     pub now: Instant,
     next_pid: i32,
@@ -50,7 +50,7 @@ pub struct Harness {
 }
 
 impl Harness {
-    pub fn new(apps: Vec<AppSpec>) -> Harness {
+    pub(crate) fn new(apps: Vec<AppSpec>) -> Harness {
         let now = Instant::now();
         // As the shell sets it: a core serializes its instants through it.
         model::monotonic::set_anchor(now, 1 << 40);
@@ -78,7 +78,7 @@ impl Harness {
 
     /// The same pretend shell around another core (one restored from this
     /// one's), with nothing recorded yet.
-    pub fn around(&self, core: Core) -> Harness {
+    pub(crate) fn around(&self, core: Core) -> Harness {
         Harness {
             core,
             now: self.now,
@@ -96,7 +96,7 @@ impl Harness {
     /// Converge and answer until nothing is left: spawns succeed and run
     /// their program; a signal ends the process (exit by that signal) and
     /// its group empties.
-    pub fn settle(&mut self) {
+    pub(crate) fn settle(&mut self) {
         for _ in 0..1000 {
             self.core.converge(self.now);
             let actions = self.core.take_actions();
@@ -146,7 +146,7 @@ impl Harness {
     }
 
     /// Process `pid` ends with `exit` (its group empties with it).
-    pub fn end(&mut self, pid: i32, exit: Exit) {
+    pub(crate) fn end(&mut self, pid: i32, exit: Exit) {
         self.processes.remove(&pid);
         let now = self.now;
         let exited = Input::Exited {
@@ -159,13 +159,13 @@ impl Harness {
     }
 
     /// Process `pid` exits with `code`, then everything settles.
-    pub fn exit(&mut self, pid: i32, code: i32) {
+    pub(crate) fn exit(&mut self, pid: i32, code: i32) {
         self.end(pid, Exit::Code(code));
         self.settle();
     }
 
     /// Time passes by `by`, in steps of at most `step`, ticking at each.
-    pub fn advance(&mut self, by: std::time::Duration, step: std::time::Duration) {
+    pub(crate) fn advance(&mut self, by: std::time::Duration, step: std::time::Duration) {
         let until = self.now + by;
         while self.now < until {
             self.now = (self.now + step).min(until);
@@ -176,7 +176,7 @@ impl Harness {
     }
 
     /// The pids of `app`'s live processes.
-    pub fn pids(&self, app: &str) -> Vec<i32> {
+    pub(crate) fn pids(&self, app: &str) -> Vec<i32> {
         self.processes
             .iter()
             .filter(|(_, a)| *a == app)
@@ -185,15 +185,15 @@ impl Harness {
     }
 
     /// The reported events that `pick` selects.
-    pub fn count(&self, pick: impl Fn(&Event) -> bool) -> usize {
+    pub(crate) fn count(&self, pick: impl Fn(&Event) -> bool) -> usize {
         self.events.iter().filter(|(_, e)| pick(e)).count()
     }
 }
 
 /// The errnos the tests start processes with (Linux's numbers; the core
 /// only carries them).
-pub mod errno {
-    pub const ENOENT: i32 = 2;
-    pub const ENOEXEC: i32 = 8;
-    pub const EAGAIN: i32 = 11;
+pub(crate) mod errno {
+    pub(crate) const ENOENT: i32 = 2;
+    pub(crate) const ENOEXEC: i32 = 8;
+    pub(crate) const EAGAIN: i32 = 11;
 }

@@ -42,7 +42,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 /// Rounds of looking at gates and reconciling within one convergence (a bug
 /// guard: a chain of dependencies opens one gate per round).
-pub const MAX_GATE_ROUNDS: usize = 256;
+pub(crate) const MAX_GATE_ROUNDS: usize = 256;
 
 use indexmap::IndexMap;
 use model::Signal;
@@ -54,7 +54,7 @@ use worker::{Refused, Worker};
 use model::spec::Desired;
 
 /// The guard: every app is reconciled at least this often.
-pub const FULL_PASS_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const FULL_PASS_INTERVAL: Duration = Duration::from_secs(10);
 /// How long after its start a program of an app with `inject` has to bind
 /// its port before an instance ready without the preload library's report
 /// is said to be unreached (`not_injected`).
@@ -62,25 +62,25 @@ pub const INJECT_GRACE: Duration = Duration::from_secs(10);
 /// How much longer than its `timeout` the core waits for the answer of a
 /// probe check the shell times itself ([`reconcile`]'s `answer_within`): a
 /// bug guard for a lost answer.
-pub const CHECK_ANSWER_GRACE: Duration = Duration::from_secs(1);
+pub(crate) const CHECK_ANSWER_GRACE: Duration = Duration::from_secs(1);
 /// Reconcile passes for one app within one convergence (a bug guard: a
 /// healthy app settles in a handful).
-pub const MAX_PASSES: usize = 64;
+pub(crate) const MAX_PASSES: usize = 64;
 /// How soon an app that did not settle within [`MAX_PASSES`] is looked at again.
 const UNSETTLED_RETRY: Duration = Duration::from_millis(50);
 /// A memory measurement not answered within this is taken as lost, and
 /// another is ordered (a bug guard: the blocking thread answers in
 /// milliseconds).
-pub const MEMORY_ANSWER_LOST: Duration = Duration::from_secs(60);
+pub(crate) const MEMORY_ANSWER_LOST: Duration = Duration::from_secs(60);
 /// Processes started per turn of the loop ([`Core::begin_turn`]). A spawn
 /// takes about a millisecond: a scale-up of thousands goes on in turns of
 /// this many, and signals, control requests and exits are handled between
 /// them instead of waiting seconds for the whole batch.
 pub const SPAWNS_PER_TURN: usize = 64;
 /// How soon starts held back for want of file descriptors are tried again.
-pub const NO_ROOM_RETRY: Duration = Duration::from_millis(250);
+pub(crate) const NO_ROOM_RETRY: Duration = Duration::from_millis(250);
 /// [`Event::StartsWaitForRoom`] is said at most this often.
-pub const NO_ROOM_REPEAT: Duration = Duration::from_secs(60);
+pub(crate) const NO_ROOM_REPEAT: Duration = Duration::from_secs(60);
 
 /// Where the supervisor is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -43,12 +43,12 @@ use model::spec::{Overlap, When};
 /// ([`super::FULL_PASS_INTERVAL`], 10 s) — and the two clocks are read
 /// microseconds apart: a second is far above drift and far below a step
 /// that matters to a schedule of minutes.
-pub const WALL_CLOCK_STEP_TOLERANCE: Duration = Duration::from_secs(1);
+pub(crate) const WALL_CLOCK_STEP_TOLERANCE: Duration = Duration::from_secs(1);
 
 /// Runs waiting for the current one to end (`overlap: queue`): more ticks
 /// meanwhile are skipped, so a job slower than its schedule cannot pile up
 /// runs without end.
-pub const MAX_QUEUED_RUNS: u32 = 1;
+pub(crate) const MAX_QUEUED_RUNS: u32 = 1;
 
 /// When the next tick is due.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -124,7 +124,7 @@ impl Runs {
     }
 
     /// A run is armed or its process lives.
-    pub fn going(&self, workers: &Workers) -> bool {
+    pub(crate) fn going(&self, workers: &Workers) -> bool {
         self.armed || workers.values().any(lives)
     }
 }

@@ -230,7 +230,7 @@ impl Worker {
     }
 
     /// No process could be created.
-    pub fn spawn_failed(
+    pub(crate) fn spawn_failed(
         &mut self,
         error: StartError,
         now: Instant,
@@ -316,7 +316,7 @@ impl Worker {
     }
 
     /// Begin stopping: the caller sends the stop signal to the group.
-    pub fn stop(
+    pub(crate) fn stop(
         &mut self,
         now: Instant,
         kill_timeout: Duration,
@@ -342,7 +342,7 @@ impl Worker {
     }
 
     /// Stop sooner: the deadline moves to `now` if it is later (a second SIGINT).
-    pub fn hurry(&mut self, now: Instant) -> Result<(), Refused> {
+    pub(crate) fn hurry(&mut self, now: Instant) -> Result<(), Refused> {
         match &mut self.state {
             State::Stopping { deadline, .. } => {
                 *deadline = (*deadline).min(now);
@@ -354,7 +354,7 @@ impl Worker {
 
     /// `kill_timeout` changed: a stop in flight gets the new deadline,
     /// counted from when it began.
-    pub fn retime_stop(&mut self, kill_timeout: Duration) -> Result<(), Refused> {
+    pub(crate) fn retime_stop(&mut self, kill_timeout: Duration) -> Result<(), Refused> {
         match &mut self.state {
             State::Stopping {
                 since, deadline, ..
@@ -367,7 +367,7 @@ impl Worker {
     }
 
     /// `kill_timeout` passed: the caller sends SIGKILL to the group.
-    pub fn killed(&mut self) -> Result<(), Refused> {
+    pub(crate) fn killed(&mut self) -> Result<(), Refused> {
         match &mut self.state {
             State::Stopping { killed, .. } if !*killed => {
                 *killed = true;
@@ -378,7 +378,11 @@ impl Worker {
     }
 
     /// The stopping worker's process group is empty and its leader reaped.
-    pub fn group_empty(&mut self, now: Instant, rules: &RestartRules) -> Result<StopEnd, Refused> {
+    pub(crate) fn group_empty(
+        &mut self,
+        now: Instant,
+        rules: &RestartRules,
+    ) -> Result<StopEnd, Refused> {
         let State::Stopping {
             leader_exit: Some(_),
             then,
@@ -409,7 +413,7 @@ impl Worker {
     /// (or `restart`) after `stop` starts the worker again once it has
     /// stopped; `stop` after those, or during the stop of a failed run (not
     /// ready in time, unhealthy, a missed watchdog), holds it.
-    pub fn after_stop(&mut self, next: AfterStop) -> Result<(), Refused> {
+    pub(crate) fn after_stop(&mut self, next: AfterStop) -> Result<(), Refused> {
         match &mut self.state {
             State::Stopping { then, .. }
                 if matches!(
@@ -426,7 +430,7 @@ impl Worker {
     }
 
     /// `supervise stop` on a worker without a process: hold it as it is.
-    pub fn hold(&mut self) -> Result<(), Refused> {
+    pub(crate) fn hold(&mut self) -> Result<(), Refused> {
         if self.state == State::Held {
             return Ok(());
         }
@@ -439,7 +443,7 @@ impl Worker {
 
     /// Start over (a definition change or a command revives a failed, exited,
     /// held or backing-off worker).
-    pub fn revive(&mut self) -> Result<(), Refused> {
+    pub(crate) fn revive(&mut self) -> Result<(), Refused> {
         if self.state.pid().is_some() {
             return Err(self.refuse("revive"));
         }

@@ -14,7 +14,7 @@ use model::spec::{HealthSpec, RestartPolicy};
 
 /// The most one `EXTEND_TIMEOUT_USEC=` extends a start by (a datagram may
 /// say 585,000 years).
-pub const MAX_EXTEND_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const MAX_EXTEND_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
 /// The liveness checks of the current process.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -80,7 +80,7 @@ pub enum Verdict {
 
 impl Worker {
     /// The number of the check that starts now (the caller runs it).
-    pub fn check_started(&mut self, now: Instant, every: Duration) -> Result<u64, Refused> {
+    pub(crate) fn check_started(&mut self, now: Instant, every: Duration) -> Result<u64, Refused> {
         if !self.state.is_ready() || self.health.in_flight.is_some() {
             return Err(self.refuse("health check"));
         }
@@ -91,7 +91,7 @@ impl Worker {
     }
 
     /// The answer of check `number`: passed, or failed saying `detail`.
-    pub fn check_answered(
+    pub(crate) fn check_answered(
         &mut self,
         number: u64,
         passed: bool,
@@ -135,7 +135,7 @@ impl Worker {
     }
 
     /// Ready: arm the watchdog (when the process has one).
-    pub fn arm_watchdog(&mut self, now: Instant, period: Option<Duration>) {
+    pub(crate) fn arm_watchdog(&mut self, now: Instant, period: Option<Duration>) {
         self.watchdog = period.map(|period| Watchdog {
             period,
             deadline: now + period,
@@ -144,7 +144,7 @@ impl Worker {
     }
 
     /// `WATCHDOG=1`: the deadline moves on. Refused unless armed.
-    pub fn watchdog_ping(&mut self, now: Instant) -> Result<(), Refused> {
+    pub(crate) fn watchdog_ping(&mut self, now: Instant) -> Result<(), Refused> {
         let Some(watchdog) = self.watchdog.as_mut().filter(|_| self.state.is_ready()) else {
             return Err(self.refuse("watchdog ping"));
         };
@@ -155,7 +155,7 @@ impl Worker {
 
     /// `EXTEND_TIMEOUT_USEC=`: while starting, `ready_timeout` ends no
     /// sooner than `now + by`.
-    pub fn extend_start(&mut self, now: Instant, by: Duration) -> Result<(), Refused> {
+    pub(crate) fn extend_start(&mut self, now: Instant, by: Duration) -> Result<(), Refused> {
         if !matches!(self.state, State::Starting { .. }) {
             return Err(self.refuse("extend timeout"));
         }
@@ -168,7 +168,7 @@ impl Worker {
     /// restart: either a replacement starts first ([`Verdict::Replace`],
     /// the worker is marked [`Recycle`] and keeps serving until then), or
     /// the policy will not restart it and it is to be stopped.
-    pub fn condemn(
+    pub(crate) fn condemn(
         &mut self,
         outcome: Outcome,
         now: Instant,
@@ -215,7 +215,7 @@ impl Worker {
 
     /// The worker that takes the slot of `condemned`: it carries on its
     /// restart count and backoff, and waits for its restart time.
-    pub fn replacing(
+    pub(crate) fn replacing(
         id: super::WorkerId,
         generation: u64,
         condemned: &Worker,

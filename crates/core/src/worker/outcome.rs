@@ -25,7 +25,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// Whether `restart: on-failure` restarts after this.
-    pub fn is_failure(&self) -> bool {
+    pub(crate) fn is_failure(&self) -> bool {
         !matches!(self, Outcome::Exited(Exit::Code(0)))
     }
 }

@@ -78,7 +78,8 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 10] = [
+    #[cfg(test)]
+    pub(crate) const ALL: [Kind; 10] = [
         Kind::Pending,
         Kind::Spawning,
         Kind::Starting,
@@ -144,7 +145,7 @@ pub fn allowed(from: Kind, to: Kind) -> bool {
 }
 
 impl State {
-    pub fn kind(&self) -> Kind {
+    pub(crate) fn kind(&self) -> Kind {
         match self {
             State::Pending => Kind::Pending,
             State::Spawning => Kind::Spawning,
