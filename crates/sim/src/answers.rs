@@ -14,12 +14,12 @@ impl World {
     }
 
     /// Process `pid` sends `READY=1` as `uid`.
-    pub fn notify(&mut self, pid: i32, uid: u32) {
+    pub(crate) fn notify(&mut self, pid: i32, uid: u32) {
         self.notify_with(pid, uid, true, None, None);
     }
 
     /// Process `pid` sends a datagram as `uid`.
-    pub fn notify_with(
+    pub(crate) fn notify_with(
         &mut self,
         pid: i32,
         uid: u32,
@@ -59,7 +59,7 @@ impl World {
     }
 
     /// The running check `number` of the worker led by `pid` answers.
-    pub fn answer_check(&mut self, pid: i32, number: u64, passed: bool) {
+    pub(crate) fn answer_check(&mut self, pid: i32, number: u64, passed: bool) {
         self.fake().check_done(pid);
         self.handle(News::Checked(CheckAnswer {
             pid,
@@ -79,7 +79,7 @@ impl World {
     /// of `max_memory` are checked at once: a replacement for memory is no
     /// crash (it waits for no backoff), and one that was already being
     /// replaced stops once past its ceiling.
-    pub fn answer_memory(
+    pub(crate) fn answer_memory(
         &mut self,
         over: Option<usize>,
         past_ceiling: bool,

@@ -21,11 +21,11 @@ use supervise_core::worker::{State, Worker};
 use supervise_core::{App, Core};
 
 /// `check` refuses a shorter `schedule: {every: …}`.
-pub const SHORTEST_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const SHORTEST_EVERY: Duration = Duration::from_secs(1);
 
 /// How a dependency stands against its condition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Standing {
+pub(crate) enum Standing {
     Met,
     /// Not yet.
     Unmet,
@@ -41,7 +41,7 @@ pub enum Standing {
 /// one of the current definition meets `completed` — or of an older one
 /// when the rollout of the current one halted (the old run stands, as old
 /// instances of a service keep serving).
-pub fn serves(worker: &Worker, condition: Condition, app: &App) -> bool {
+pub(crate) fn serves(worker: &Worker, condition: Condition, app: &App) -> bool {
     let completed = matches!(worker.state, State::Completed { .. });
     match condition {
         Condition::Completed => {
@@ -68,7 +68,7 @@ pub fn serves(worker: &Worker, condition: Condition, app: &App) -> bool {
 /// whose workers of the current definition (or, its rollout halted before
 /// one started, the old ones kept) all gave up or ended blocks. An
 /// app the core does not run (removed from the file) is not waited for.
-pub fn standing(core: &Core, dependency: &Dependency) -> Standing {
+pub(crate) fn standing(core: &Core, dependency: &Dependency) -> Standing {
     let Some(other) = core.app(&dependency.app).filter(|a| !a.removed) else {
         return Standing::Met;
     };
@@ -110,7 +110,7 @@ pub fn standing(core: &Core, dependency: &Dependency) -> Standing {
 
 /// What `app`'s gate should be: blocked when a dependency blocks, waiting
 /// when one is not met yet, open otherwise.
-pub fn expected_gate(core: &Core, app: &App) -> Standing {
+pub(crate) fn expected_gate(core: &Core, app: &App) -> Standing {
     let standings: Vec<Standing> = app
         .spec
         .depends_on
@@ -127,7 +127,7 @@ pub fn expected_gate(core: &Core, app: &App) -> Standing {
 }
 
 /// The core's gate in the same terms.
-pub fn core_gate(gate: &Gate) -> Standing {
+pub(crate) fn core_gate(gate: &Gate) -> Standing {
     match gate {
         Gate::Open => Standing::Met,
         Gate::Waiting(_) => Standing::Unmet,
@@ -136,13 +136,13 @@ pub fn core_gate(gate: &Gate) -> Standing {
 }
 
 /// The apps whose `depends_on` names `name`.
-pub fn dependents<'a>(core: &'a Core, name: &'a str) -> impl Iterator<Item = &'a App> + 'a {
+pub(crate) fn dependents<'a>(core: &'a Core, name: &'a str) -> impl Iterator<Item = &'a App> + 'a {
     core.apps()
         .filter(move |a| a.spec.depends_on.iter().any(|d| d.app == name))
 }
 
 /// How `dependency`'s workers stand, for a violation's message.
-pub fn describe(core: &Core, dependency: &Dependency) -> String {
+pub(crate) fn describe(core: &Core, dependency: &Dependency) -> String {
     let Some(other) = core.app(&dependency.app) else {
         return format!("{} (not in the core)", dependency.app);
     };
@@ -164,7 +164,7 @@ pub fn describe(core: &Core, dependency: &Dependency) -> String {
 /// The longest a shutdown may take along one chain of dependencies: each app
 /// winds down only once its dependents are gone, so the stops of a chain
 /// add up. `stage` is what one app's stop may take, with its kill_timeout.
-pub fn longest_chain(core: &Core, stage: impl Fn(&App) -> Duration) -> Duration {
+pub(crate) fn longest_chain(core: &Core, stage: impl Fn(&App) -> Duration) -> Duration {
     fn from(
         name: &str,
         core: &Core,
@@ -203,7 +203,7 @@ pub fn longest_chain(core: &Core, stage: impl Fn(&App) -> Duration) -> Duration 
 /// schedules go), if it would. The simulation keeps one rule stricter than
 /// `check`: an app depends only on apps before it in the file, so no edit
 /// can close a cycle.
-pub fn refusal(apps: &[AppSpec]) -> Option<String> {
+pub(crate) fn refusal(apps: &[AppSpec]) -> Option<String> {
     for (index, app) in apps.iter().enumerate() {
         let name = &app.name;
         if let Some(schedule) = &app.schedule {

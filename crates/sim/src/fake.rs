@@ -73,10 +73,10 @@ pub enum Life {
 
 /// The argument that makes a fake program end on its own, this many
 /// milliseconds after its spawn: `--exit-after-ms=800`.
-pub const EXIT_AFTER_MS: &str = "--exit-after-ms=";
+pub(crate) const EXIT_AFTER_MS: &str = "--exit-after-ms=";
 /// The argument that makes the first K processes of each instance of a
 /// program that ends on its own exit 1 (0 after): `--fail-runs=1`.
-pub const FAIL_RUNS: &str = "--fail-runs=";
+pub(crate) const FAIL_RUNS: &str = "--fail-runs=";
 
 /// One signal sent, and the apps that had a process (a live group: a
 /// member running, stopping, or a zombie not reaped yet) at that moment.
@@ -139,7 +139,7 @@ impl FakeProcess {
     }
 
     /// Runs the program (exec succeeded).
-    pub fn runs_program(&self) -> bool {
+    pub(crate) fn runs_program(&self) -> bool {
         self.is_alive() && self.exec_reported && self.behaviour.exec_error.is_none()
     }
 
@@ -218,7 +218,7 @@ impl KeptOpen for FakeHandover {
 /// The fake wall clock's start, in seconds since the epoch: 2026-03-08
 /// 06:00 UTC, one hour before daylight saving time begins in
 /// America/New_York (07:00 UTC).
-pub const FAKE_WALL_CLOCK_AT_START: u64 = 1_772_949_600;
+pub(crate) const FAKE_WALL_CLOCK_AT_START: u64 = 1_772_949_600;
 
 impl FakeEffects {
     pub fn new(now: Instant) -> FakeEffects {
@@ -253,14 +253,14 @@ impl FakeEffects {
 
     /// Emptied groups are announced, as `cgroup.events` does in cgroup mode:
     /// the supervisor no longer polls for them.
-    pub fn announcing_empty_groups(mut self) -> FakeEffects {
+    pub(crate) fn announcing_empty_groups(mut self) -> FakeEffects {
         self.announces_empty_groups = true;
         self
     }
 
     /// Announced mode: whether a group emptied since the last call (the
     /// driver then delivers `GroupsChanged`). Always `false` when polled.
-    pub fn take_emptied_groups(&mut self) -> bool {
+    pub(crate) fn take_emptied_groups(&mut self) -> bool {
         if !self.announces_empty_groups {
             return false;
         }
@@ -279,7 +279,7 @@ impl FakeEffects {
     /// Move time to `now`: stopping processes whose time came exit.
     /// The wall clock is set `by` forward or back (`date -s`, an NTP
     /// step); the monotonic clock goes on as it was.
-    pub fn set_wall_clock(&mut self, forward: bool, by: std::time::Duration) {
+    pub(crate) fn set_wall_clock(&mut self, forward: bool, by: std::time::Duration) {
         self.wall_at_start = if forward {
             self.wall_at_start + by
         } else {
@@ -292,7 +292,7 @@ impl FakeEffects {
         ));
     }
 
-    pub fn advance_to(&mut self, now: Instant) {
+    pub(crate) fn advance_to(&mut self, now: Instant) {
         self.now = self.now.max(now);
         let now = self.now;
         for process in self.processes.values_mut() {
@@ -314,7 +314,7 @@ impl FakeEffects {
 
     /// The next moment something happens on its own (an exit, a leftover
     /// leaving, an exec status due, a program's own end).
-    pub fn next_due(&self) -> Option<Instant> {
+    pub(crate) fn next_due(&self) -> Option<Instant> {
         self.processes
             .values()
             .filter_map(|p| {
@@ -340,7 +340,7 @@ impl FakeEffects {
 
     /// Exec statuses due to the supervisor: each process's once. A failed
     /// exec's process exits 127 at that moment.
-    pub fn due_exec_reports(&mut self) -> Vec<(i32, ExecStatus)> {
+    pub(crate) fn due_exec_reports(&mut self) -> Vec<(i32, ExecStatus)> {
         let now = self.now;
         let mut reports = Vec::new();
         for process in self.processes.values_mut() {
@@ -361,7 +361,7 @@ impl FakeEffects {
     }
 
     /// A child exited and is not reaped: SIGCHLD is due.
-    pub fn sigchld_pending(&self) -> bool {
+    pub(crate) fn sigchld_pending(&self) -> bool {
         self.processes
             .values()
             .any(|p| matches!(p.life, Life::Zombie(_)))
@@ -375,11 +375,11 @@ impl FakeEffects {
         }
     }
 
-    pub fn process(&self, pid: i32) -> Option<&FakeProcess> {
+    pub(crate) fn process(&self, pid: i32) -> Option<&FakeProcess> {
         self.processes.get(&pid)
     }
 
-    pub fn process_mut(&mut self, pid: i32) -> Option<&mut FakeProcess> {
+    pub(crate) fn process_mut(&mut self, pid: i32) -> Option<&mut FakeProcess> {
         self.processes.get_mut(&pid)
     }
 
@@ -393,12 +393,12 @@ impl FakeEffects {
     }
 
     /// Processes with a readiness probe running.
-    pub fn probing(&self) -> impl Iterator<Item = i32> + '_ {
+    pub(crate) fn probing(&self) -> impl Iterator<Item = i32> + '_ {
         self.probes.iter().copied()
     }
 
     /// Whether the group `pgid` has a member (for the invariants).
-    pub fn group_exists(&self, pgid: i32) -> bool {
+    pub(crate) fn group_exists(&self, pgid: i32) -> bool {
         self.processes
             .get(&pgid)
             .is_some_and(|p| p.group_alive(self.now))
@@ -409,7 +409,7 @@ impl FakeEffects {
     /// The new image takes over what the last one handed over: the same
     /// sockets; what it did not hand over (a memory measurement, the
     /// readiness probes it runs again itself) is gone.
-    pub fn restore(&mut self, state: FakeHandover) -> Result<(), String> {
+    pub(crate) fn restore(&mut self, state: FakeHandover) -> Result<(), String> {
         let handed: HashMap<SocketKey, RawFd> = state.sockets.into_iter().collect();
         if handed != self.sockets {
             return Err(format!(
@@ -424,18 +424,13 @@ impl FakeEffects {
     }
 
     /// The liveness checks running: `(leader, check number)`.
-    pub fn checks(&self) -> impl Iterator<Item = (i32, u64)> + '_ {
+    pub(crate) fn checks(&self) -> impl Iterator<Item = (i32, u64)> + '_ {
         self.checks.values().map(|c| (c.pid, c.check))
     }
 
     /// The check of `pid` is answered (by the driver): it no longer runs.
-    pub fn check_done(&mut self, pid: i32) -> Option<CheckOrder> {
+    pub(crate) fn check_done(&mut self, pid: i32) -> Option<CheckOrder> {
         self.checks.remove(&pid)
-    }
-
-    /// Sockets bound now.
-    pub fn bound(&self) -> usize {
-        self.sockets.len()
     }
 }
 

@@ -65,7 +65,7 @@ pub use step::{CommandKind, Edit, Step};
 /// What the simulated loop hands over in an upgrade besides the supervisor
 /// and the effects: no sockets of its own, no claim.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
-pub struct SimShellState {
+pub(crate) struct SimShellState {
     /// How many upgrades came before this one.
     pub upgrades: u32,
 }
@@ -102,7 +102,7 @@ impl supervise::supervisor::upgrading::Shell for SimShell {
 }
 
 /// The uid the simulated supervisor runs as.
-pub const UID: u32 = 1000;
+pub(crate) const UID: u32 = 1000;
 /// Time steps taken by one `advance` before it is called stuck (a liveness bug).
 const MAX_TICKS: usize = 100_000;
 
@@ -262,12 +262,12 @@ impl World {
     }
 
     /// Hand the supervisor one event, then look at what it did.
-    pub fn handle(&mut self, event: News) {
+    pub(crate) fn handle(&mut self, event: News) {
         self.handle_all([event]);
     }
 
     /// Hand the supervisor a batch of events, then look at what it did.
-    pub fn handle_all(&mut self, events: impl IntoIterator<Item = News>) {
+    pub(crate) fn handle_all(&mut self, events: impl IntoIterator<Item = News>) {
         self.going_before = self.going_workers();
         self.supervisor.handle_all(events);
         self.witness();
