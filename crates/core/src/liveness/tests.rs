@@ -168,6 +168,16 @@ impl Shell {
             .unwrap_or_default()
     }
 
+    fn oldest_worker(&self) -> &crate::worker::Worker {
+        let app = self.core.app("web").expect("the app");
+        app.workers.values().next().expect("a worker")
+    }
+
+    fn newest_worker(&self) -> &crate::worker::Worker {
+        let app = self.core.app("web").expect("the app");
+        app.workers.values().last().expect("a worker")
+    }
+
     fn count(&self, what: fn(&Event) -> bool) -> usize {
         self.events.iter().filter(|e| what(e)).count()
     }
@@ -537,14 +547,7 @@ fn a_recycle_for_memory_is_no_crash_its_replacement_starts_at_once() {
     );
     // Its ceiling, as every instance's: 1.5 × max_memory.
     assert_eq!(shell.ceilings, [(100, Some(1500)), (101, Some(1500))]);
-    let worker = shell
-        .core
-        .app("web")
-        .unwrap()
-        .workers
-        .values()
-        .last()
-        .unwrap();
+    let worker = shell.newest_worker();
     assert_eq!((worker.restarts, worker.attempt), (1, 0));
 }
 
@@ -581,14 +584,7 @@ fn a_recycled_instance_that_dies_leaves_its_slot_to_its_replacement() {
         }
     )));
     assert_eq!(shell.workers(), [(Some(101), "starting")]);
-    let worker = shell
-        .core
-        .app("web")
-        .unwrap()
-        .workers
-        .values()
-        .next()
-        .unwrap();
+    let worker = shell.oldest_worker();
     assert_eq!(worker.restarts, 1, "one restart, counted once");
 }
 
@@ -768,15 +764,7 @@ fn a_health_edit_cancels_the_check_in_flight_and_counts_afresh() {
     // The old check's answer is not counted against the new settings.
     shell.answer(false);
     assert_eq!(shell.count(|e| matches!(e, Event::Unhealthy { .. })), 0);
-    let worker = shell
-        .core
-        .app("web")
-        .unwrap()
-        .workers
-        .values()
-        .next()
-        .unwrap()
-        .clone();
+    let worker = shell.oldest_worker().clone();
     assert_eq!(worker.health.failures, 0);
     assert_eq!(shell.core.anomalies(), 0);
 }
