@@ -98,14 +98,7 @@ fn start(launch: Launch) -> std::io::Result<Loop> {
         lineage,
         origin,
     } = launch;
-    let signals = Signals {
-        children: signal(SignalKind::child())?,
-        interrupts: signal(SignalKind::interrupt())?,
-        terminates: signal(SignalKind::terminate())?,
-        hangups: signal(SignalKind::hangup())?,
-        user1: signal(SignalKind::user_defined1())?,
-        user2: signal(SignalKind::user_defined2())?,
-    };
+    let signals = signal_streams()?;
     // Held back across an upgrade's exec: delivered now, to the handlers
     // above (nothing is held on a fresh start).
     effects::upgrade::exec::release_held_signals();
@@ -172,71 +165,14 @@ fn start(launch: Launch) -> std::io::Result<Loop> {
     };
 
     let (notified, notifications) = mpsc::channel(EVENT_QUEUE);
-    let name = format!(
-        "supervise-{}-{}",
-        claim
-            .socket_path()
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-        std::process::id()
-    );
-    let notify = match inherited.as_mut().and_then(|i| i.notify.take()) {
-        Some((fd, env_value)) => NotifySocket::adopt(fd, env_value),
-        None => NotifySocket::bind(&name),
-    };
-    let mut waiting_notifications = Vec::new();
-    let notify = match notify {
-        Ok(socket) => {
-            system.set_notify_socket(OsString::from(&socket.env_value));
-            if inherited.is_some() {
-                // Sent during the exec: taken with the first events, before
-                // a watchdog or readiness deadline is judged.
-                waiting_notifications = socket.take_waiting(BATCH);
-            }
-            let kept = (socket.raw_fd(), socket.env_value.clone());
-            tokio::spawn(socket.run(notified));
-            Some(kept)
-        }
-        Err(error) => {
-            error!(
-                "cannot bind the notify socket @{name}: {error}; `ready: notify` workers will time out"
-            );
-            None
-        }
-    };
+    let adopted = inherited.as_mut().and_then(|i| i.notify.take());
+    let upgraded = inherited.is_some();
+    let (notify, waiting_notifications) =
+        notify_socket(&claim, adopted, upgraded, &mut system, notified);
     let control_path: PathBuf = claim.socket_path().to_path_buf();
     let (control_sender, control_requests) = mpsc::channel(CONTROL_QUEUE);
-    let listener = match inherited.as_mut().and_then(|i| i.control.take()) {
-        Some(fd) => control_socket::adopt(fd),
-        None => control_socket::bind(&control_path),
-    };
-    let control = match listener {
-        Ok(listener) => {
-            let fd = listener.as_raw_fd();
-            tokio::spawn(control_socket::serve(
-                listener,
-                control_sender,
-                logs.clone(),
-            ));
-            // From here on a command reaches this supervisor (it waits in
-            // the queue while the first version starts).
-            info!(
-                event = "control_listening",
-                socket = %control_path.display(),
-                "commands are taken on {}",
-                control_path.display()
-            );
-            Some(fd)
-        }
-        Err(error) => {
-            error!(
-                "cannot create the control socket {}: {error}; status, reload and other commands will not reach this supervisor",
-                control_path.display()
-            );
-            None
-        }
-    };
+    let adopted = inherited.as_mut().and_then(|i| i.control.take());
+    let control = control_listener(&control_path, adopted, control_sender, &logs);
 
     // SAFETY: geteuid has no preconditions.
     let own_uid = unsafe { libc::geteuid() };
@@ -312,4 +248,102 @@ fn start(launch: Launch) -> std::io::Result<Loop> {
         asked: deaf_since,
         clock_set: effects::clock_set::ClockSet::new(),
     })
+}
+
+/// The signal streams, made before anything can exit unseen.
+fn signal_streams() -> std::io::Result<Signals> {
+    Ok(Signals {
+        children: signal(SignalKind::child())?,
+        interrupts: signal(SignalKind::interrupt())?,
+        terminates: signal(SignalKind::terminate())?,
+        hangups: signal(SignalKind::hangup())?,
+        user1: signal(SignalKind::user_defined1())?,
+        user2: signal(SignalKind::user_defined2())?,
+    })
+}
+
+/// The notify socket of `ready: notify` workers: adopted after an upgrade
+/// (with the datagrams sent during the exec, taken first), else bound
+/// anew. Its fd and `NOTIFY_SOCKET` value, for a later upgrade.
+fn notify_socket(
+    claim: &Claim,
+    adopted: Option<(RawFd, String)>,
+    upgraded: bool,
+    system: &mut System,
+    notified: mpsc::Sender<effects::notify::Notification>,
+) -> (Option<(RawFd, String)>, Vec<effects::notify::Notification>) {
+    let name = format!(
+        "supervise-{}-{}",
+        claim
+            .socket_path()
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        std::process::id()
+    );
+    let notify = match adopted {
+        Some((fd, env_value)) => NotifySocket::adopt(fd, env_value),
+        None => NotifySocket::bind(&name),
+    };
+    let mut waiting_notifications = Vec::new();
+    let kept = match notify {
+        Ok(socket) => {
+            system.set_notify_socket(OsString::from(&socket.env_value));
+            if upgraded {
+                // Sent during the exec: taken with the first events, before
+                // a watchdog or readiness deadline is judged.
+                waiting_notifications = socket.take_waiting(BATCH);
+            }
+            let kept = (socket.raw_fd(), socket.env_value.clone());
+            tokio::spawn(socket.run(notified));
+            Some(kept)
+        }
+        Err(error) => {
+            error!(
+                "cannot bind the notify socket @{name}: {error}; `ready: notify` workers will time out"
+            );
+            None
+        }
+    };
+    (kept, waiting_notifications)
+}
+
+/// The control socket: adopted after an upgrade, else bound at
+/// `control_path`; served from here on. Its fd, for a later upgrade.
+fn control_listener(
+    control_path: &std::path::Path,
+    adopted: Option<RawFd>,
+    control_sender: mpsc::Sender<crate::control::server::ControlRequest>,
+    logs: &Arc<LogHub>,
+) -> Option<RawFd> {
+    let listener = match adopted {
+        Some(fd) => control_socket::adopt(fd),
+        None => control_socket::bind(control_path),
+    };
+    match listener {
+        Ok(listener) => {
+            let fd = listener.as_raw_fd();
+            tokio::spawn(control_socket::serve(
+                listener,
+                control_sender,
+                logs.clone(),
+            ));
+            // From here on a command reaches this supervisor (it waits in
+            // the queue while the first version starts).
+            info!(
+                event = "control_listening",
+                socket = %control_path.display(),
+                "commands are taken on {}",
+                control_path.display()
+            );
+            Some(fd)
+        }
+        Err(error) => {
+            error!(
+                "cannot create the control socket {}: {error}; status, reload and other commands will not reach this supervisor",
+                control_path.display()
+            );
+            None
+        }
+    }
 }
