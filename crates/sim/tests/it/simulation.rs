@@ -19,8 +19,8 @@
 //! up to 5 s); they mix `trigger` commands and edits of dependencies and of
 //! the schedule into the schedule (from a generator of their own too).
 //!
-//! CI runs [`SEEDS`] fixed seeds. More: `SIM_SEEDS=100000 cargo test --release
-//! --test simulation` (RELIABILITY.md has the figures); `SIM_FIRST=N` starts
+//! CI runs [`SEEDS`] fixed seeds. More: `SIM_SEEDS=100000 cargo test --release -p
+//! supervise-sim --test it simulation::` (RELIABILITY.md has the figures); `SIM_FIRST=N` starts
 //! elsewhere; a failing seed prints itself and a minimal trace, and
 //! `SIM_SEED=N` replays it alone (with `SIM_VERBOSE=1`, its minimal trace
 //! plays step by step with the supervisor's log); `SIM_KEEP_GOING=1` lists
@@ -622,7 +622,7 @@ fn report(
         .unwrap_or((at, violation.clone()));
     panic!(
         "seed {seed} ({groups:?} groups, dependencies {dependencies}) fails at step {at} of {}: {}\n\
-         replay: SIM_SEED={seed} cargo test --test simulation\n\
+         replay: SIM_SEED={seed} cargo test -p supervise-sim --test it\n\
          apps: {:#?}\n\
          minimal trace ({} steps, failing with: {}):\n{:#?}",
         steps.len(),
