@@ -59,7 +59,7 @@ pub struct Behaviour {
 
 /// Where a fake process is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Life {
+pub(crate) enum Life {
     Running,
     /// Told to stop; exits at `at`.
     Exiting {
@@ -81,42 +81,42 @@ pub(crate) const FAIL_RUNS: &str = "--fail-runs=";
 /// One signal sent, and the apps that had a process (a live group: a
 /// member running, stopping, or a zombie not reaped yet) at that moment.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Signalled {
-    pub pgid: i32,
-    pub signal: Signal,
+pub(crate) struct Signalled {
+    pub(crate) pgid: i32,
+    pub(crate) signal: Signal,
     /// The app of the group signalled (`None`: a pid never spawned).
-    pub app: Option<String>,
-    pub live_apps: BTreeSet<String>,
+    pub(crate) app: Option<String>,
+    pub(crate) live_apps: BTreeSet<String>,
 }
 
 /// One process the supervisor started.
 #[derive(Debug, Clone)]
 pub struct FakeProcess {
-    pub pid: i32,
-    pub app: String,
-    pub slot: u32,
-    pub generation: u64,
-    pub readiness: Readiness,
-    pub behaviour: Behaviour,
-    pub life: Life,
+    pub(crate) pid: i32,
+    pub(crate) app: String,
+    pub(crate) slot: u32,
+    pub(crate) generation: u64,
+    pub(crate) readiness: Readiness,
+    pub(crate) behaviour: Behaviour,
+    pub(crate) life: Life,
     /// The exec status was reported to the driver (and is due to the supervisor).
-    pub exec_reported: bool,
+    pub(crate) exec_reported: bool,
     /// The supervisor was told the exec status (`exec_known`).
     exec_known: bool,
     /// What the exec status said, once reported.
     start_error: Option<StartError>,
     /// Group members left behind by the leader, and when they exit.
-    pub leftovers: u32,
-    pub leftovers_until: Option<Instant>,
-    pub spawned_at: Instant,
+    pub(crate) leftovers: u32,
+    pub(crate) leftovers_until: Option<Instant>,
+    pub(crate) spawned_at: Instant,
     /// When and how it ends on its own (its command line said so).
-    pub ends: Option<(Instant, Exit)>,
+    pub(crate) ends: Option<(Instant, Exit)>,
     /// The other processes of its app whose group lived when it was spawned.
-    pub beside_at_spawn: Vec<i32>,
+    pub(crate) beside_at_spawn: Vec<i32>,
     /// A socket of its definition has `inject`.
-    pub injects: bool,
+    pub(crate) injects: bool,
     /// The preload library said it handed the program its socket.
-    pub injected: bool,
+    pub(crate) injected: bool,
 }
 
 impl FakeProcess {
@@ -166,19 +166,19 @@ pub struct FakeEffects {
     /// How the next spawned processes behave, in order (then the default).
     pub plans: VecDeque<Behaviour>,
     /// While set, spawns fail with this (fork: EAGAIN, say).
-    pub spawn_failure: Option<StartError>,
+    pub(crate) spawn_failure: Option<StartError>,
     sockets: HashMap<SocketKey, RawFd>,
     next_fd: RawFd,
     /// Addresses whose bind fails.
-    pub busy: HashSet<ListenAddress>,
+    pub(crate) busy: HashSet<ListenAddress>,
     /// Every signal sent, in order: `(pgid, signal)`.
     pub signals: Vec<(i32, Signal)>,
     /// The same signals, with what lived when each was sent.
-    pub signalled: Vec<Signalled>,
+    pub(crate) signalled: Vec<Signalled>,
     /// What was done, in order: `spawn web.0 g2 pid 1004`, `SIGTERM 1001`.
     pub history: Vec<String>,
     /// What systemd was told.
-    pub systemd: Vec<String>,
+    pub(crate) systemd: Vec<String>,
     probes: HashSet<i32>,
     /// Emptied groups are announced (cgroup mode), not polled.
     announces_empty_groups: bool,
@@ -189,15 +189,15 @@ pub struct FakeEffects {
     /// Liveness checks running, by the leader of the worker checked.
     checks: BTreeMap<i32, CheckOrder>,
     /// A memory measurement asked for and not answered yet: the leaders.
-    pub measuring: Option<(u64, Vec<i32>)>,
+    pub(crate) measuring: Option<(u64, Vec<i32>)>,
     /// An upgrade's probe: its answer, taken once ([`Effects::probe_ended`]).
     probe: Option<ProbeEnd>,
     /// How the next upgrade's probe answers: agreeing, or refusing.
-    pub probe_refuses: bool,
+    pub(crate) probe_refuses: bool,
     /// Execs of a new image that took place.
-    pub execs: u64,
+    pub(crate) execs: u64,
     /// The starts there are file descriptors for, each turn.
-    pub start_room: usize,
+    pub(crate) start_room: usize,
 }
 
 /// What the simulated effects hand the next image: the listening sockets
@@ -206,7 +206,7 @@ pub struct FakeEffects {
 /// changes nothing about them.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct FakeHandover {
-    pub sockets: Vec<(SocketKey, RawFd)>,
+    pub(crate) sockets: Vec<(SocketKey, RawFd)>,
 }
 
 impl KeptOpen for FakeHandover {

@@ -67,7 +67,7 @@ pub use step::{CommandKind, Edit, Step};
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct SimShellState {
     /// How many upgrades came before this one.
-    pub upgrades: u32,
+    pub(crate) upgrades: u32,
 }
 
 impl effects::upgrade::KeptOpen for SimShellState {
@@ -124,10 +124,10 @@ pub struct World {
     ready_before: HashMap<String, usize>,
     /// The last thing that may take workers away on purpose or by fault.
     disruptive: bool,
-    pub shutdown_at: Option<Instant>,
+    pub(crate) shutdown_at: Option<Instant>,
     /// How long the supervisor stalled since the shutdown began: the
     /// shutdown may take that much longer.
-    pub stalled_in_shutdown: Duration,
+    pub(crate) stalled_in_shutdown: Duration,
     /// The second SIGINT came: everything is killed at once, in no order.
     killed_all: bool,
     /// The event being handled is the signal that begins the shutdown.
@@ -156,7 +156,7 @@ pub struct World {
     told: Told,
     /// The slots `stop` holds, per app, as the world works them out from
     /// what it asked and what the supervisor answered.
-    pub holds: HashMap<String, std::collections::BTreeSet<u32>>,
+    pub(crate) holds: HashMap<String, std::collections::BTreeSet<u32>>,
 }
 
 /// What [`World::witness`] has read of the messages to systemd.
