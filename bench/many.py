@@ -270,18 +270,28 @@ def main():
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--idle", type=float, default=10.0)
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for all_ready")
+    parser.add_argument("--apps", type=int, default=None,
+                        help="spread the instances over this many apps (default: as few as the "
+                             f"per-app limit of {MAX_INSTANCES_PER_APP} allows); 3000 apps of 1 "
+                             "against 1 app of 3000 shows a per-app cost")
     args = parser.parse_args()
     if args.instances < 1:
         parser.error("--instances must be at least 1")
+    if args.apps is not None and not 1 <= args.apps <= args.instances:
+        parser.error("--apps must be between 1 and --instances")
+    if args.apps is not None and -(-args.instances // args.apps) > MAX_INSTANCES_PER_APP:
+        parser.error(f"--apps too few: an app has at most {MAX_INSTANCES_PER_APP} instances")
 
     binaries = harness.begin(parser, args.binary, check_stale=False)
 
     n = args.instances
-    apps = max(1, -(-n // MAX_INSTANCES_PER_APP))
+    apps = args.apps or max(1, -(-n // MAX_INSTANCES_PER_APP))
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     with open("/proc/sys/kernel/pid_max") as f:
         pid_max = int(f.read())
-    sizes = ", ".join(str(n // apps + (1 if i < n % apps else 0)) for i in range(apps))
+    sizes = ", ".join(str(n // apps + (1 if i < n % apps else 0)) for i in range(min(apps, 4)))
+    if apps > 4:
+        sizes += ", …"
     harness.print_header(
         binaries,
         f"{n} instances of `sleep 100000` (ready: none) in {apps} app(s) of {sizes}; "
