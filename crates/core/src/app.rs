@@ -151,15 +151,7 @@ impl App {
             // It runs at times: nothing to be ready for.
             return true;
         }
-        let mut ready: Vec<u32> = self
-            .workers
-            .values()
-            .filter(|w| done_or_ready(w) && w.slot < self.spec.instances)
-            .map(|w| w.slot)
-            .collect();
-        ready.sort_unstable();
-        ready.dedup();
-        ready.len() == self.spec.instances as usize
+        self.every_slot(done_or_ready)
     }
 }
 

@@ -53,15 +53,25 @@ impl Core {
     /// dependency, or by waiting only on apps whose start is decided
     /// (followed along chains of dependencies).
     fn every_start_decided(&self) -> bool {
+        let decided_alone = |app: &App| {
+            app.removed
+                || app.spec.schedule.is_some()
+                || matches!(app.gate, Gate::Blocked { .. })
+                || app.start_decided()
+        };
+        // An app undecided whose gate does not wait on others can only be
+        // decided by its own slots: no chain of dependencies to follow.
+        if self
+            .apps
+            .values()
+            .any(|app| !matches!(app.gate, Gate::Waiting(_)) && !decided_alone(app))
+        {
+            return false;
+        }
         let mut decided: BTreeSet<&str> = self
             .apps
             .iter()
-            .filter(|(_, app)| {
-                app.removed
-                    || app.spec.schedule.is_some()
-                    || matches!(app.gate, Gate::Blocked { .. })
-                    || app.start_decided()
-            })
+            .filter(|(_, app)| decided_alone(app))
             .map(|(name, _)| name.as_str())
             .collect();
         // Each pass adds at least one app or ends: at most one per app.
@@ -96,11 +106,7 @@ impl Core {
             .apps
             .iter()
             .filter(|(_, app)| !app.removed && app.spec.schedule.is_none())
-            .flat_map(|(name, app)| {
-                (0..app.spec.instances)
-                    .filter(|slot| !app.slot_ready(*slot))
-                    .map(move |slot| (name, slot))
-            });
+            .flat_map(|(name, app)| app.slots_not_ready().map(move |slot| (name, slot)));
         let mut named: Vec<String> = all
             .by_ref()
             .take(MAX_NOT_READY_NAMED)
@@ -119,20 +125,46 @@ impl App {
     /// completed), or a run that ended without it (a crash, a failed exec,
     /// a readiness timeout), or given up, held or exited for good.
     pub(super) fn start_decided(&self) -> bool {
-        (0..self.spec.instances).all(|slot| {
-            self.workers
-                .values()
-                .any(|w| w.slot == slot && w.start_decided())
-        })
+        self.every_slot(super::worker::Worker::start_decided)
     }
 
-    /// Whether `slot` has a ready (or completed) worker, or is held by
-    /// `stop` (not running on purpose: nothing to say of it).
-    fn slot_ready(&self, slot: u32) -> bool {
-        self.workers.values().any(|w| {
-            w.slot == slot
-                && (super::app::done_or_ready(w) || w.state == super::worker::State::Held)
-        })
+    /// The wanted slots without a ready (or completed) worker, nor one held
+    /// by `stop` (not running on purpose: nothing to say of it), in order.
+    fn slots_not_ready(&self) -> impl Iterator<Item = u32> {
+        let ready = self
+            .slots_with(|w| super::app::done_or_ready(w) || w.state == super::worker::State::Held);
+        (0..self.spec.instances).filter(move |slot| !ready[*slot as usize])
+    }
+
+    /// Every wanted slot has a worker that `meets`. Asked of every app
+    /// after every batch of news while the supervisor starts: most apps
+    /// have a few slots, and their answer takes no allocation.
+    pub(super) fn every_slot(&self, meets: impl Fn(&super::worker::Worker) -> bool) -> bool {
+        let wanted = self.spec.instances;
+        if wanted <= u64::BITS {
+            let mut met = 0u64;
+            for worker in self.workers.values() {
+                if worker.slot < wanted && meets(worker) {
+                    met |= 1 << worker.slot;
+                }
+            }
+            return met.count_ones() == wanted;
+        }
+        self.slots_with(meets).iter().all(|met| *met)
+    }
+
+    /// For each wanted slot, whether a worker of it `meets`: one pass over
+    /// the workers (an app of thousands is asked after every batch of news).
+    fn slots_with(&self, meets: impl Fn(&super::worker::Worker) -> bool) -> Vec<bool> {
+        let mut met = vec![false; self.spec.instances as usize];
+        for worker in self.workers.values() {
+            if let Some(slot) = met.get_mut(worker.slot as usize)
+                && meets(worker)
+            {
+                *slot = true;
+            }
+        }
+        met
     }
 }
 

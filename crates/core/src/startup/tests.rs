@@ -205,3 +205,36 @@ fn an_instance_held_by_stop_is_not_named_not_ready() {
     h.settle();
     assert_eq!(started_partly(&h), vec![vec!["web.0".to_string()]]);
 }
+
+/// An app of `instances` whose every slot but the last crashes at once:
+/// the start is decided only when the last slot is, whether the slots are
+/// counted in one word (up to 64) or one by one (more).
+fn the_last_slot_decides(instances: u32) {
+    let mut h = Harness::new(vec![app("many", instances, Duration::from_secs(1))]);
+    // Spawns go out at most `SPAWNS_PER_TURN` a turn: more turns, each
+    // due at once, for the rest.
+    for _ in 0..instances as usize / crate::SPAWNS_PER_TURN {
+        h.core.begin_turn(crate::SPAWNS_PER_TURN);
+        h.advance(Duration::from_millis(1), Duration::from_millis(1));
+    }
+    let mut pids = h.pids("many");
+    assert_eq!(pids.len(), instances as usize);
+    pids.sort_unstable();
+    let last = pids.pop().expect("the app has instances");
+    for pid in pids {
+        h.end(pid, model::process::Exit::Code(1));
+    }
+    h.settle();
+    assert_eq!(readies(&h), 0, "{instances}: one slot is still starting");
+    h.end(last, model::process::Exit::Code(1));
+    h.settle();
+    assert_eq!(readies(&h), 1, "{instances}: every slot has had its start");
+    assert_eq!(started_partly(&h).len(), 1);
+}
+
+#[test]
+fn the_start_is_decided_by_the_last_slot_on_either_side_of_a_word() {
+    for instances in [1, 2, 63, 64, 65, 130] {
+        the_last_slot_decides(instances);
+    }
+}
