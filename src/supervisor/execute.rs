@@ -1,31 +1,39 @@
 //! Carrying out the core's actions through the effects, feeding back what
 //! the core needs to know (a spawn's pid or failure) as inputs.
 
+use std::os::fd::RawFd;
 use std::time::Instant;
 
 use super::{Supervisor, report};
-use effects::Effects;
+use effects::{Effects, Start};
 use model::orders::SpawnOrder;
 use model::process::{StartError, StartStage};
-use model::spec::SocketKey;
+use model::spec::{ListenAddress, SocketKey};
 use supervise_core::{Action, Input};
 
 impl<E: Effects> Supervisor<E> {
     /// Carry out one round of actions. Socket sweeps are done once, last.
     pub(super) fn execute(&mut self, actions: Vec<Action>, now: Instant) {
         let mut sweep = false;
-        for action in actions {
+        let mut actions = actions.into_iter().peekable();
+        while let Some(action) = actions.next() {
             match action {
                 Action::Spawn(order) => {
-                    self.spawn(&order, now);
-                    // What the spawn's result led to (its `spawned` report
-                    // first) is carried out at once, not after the rest of
-                    // the batch: a reader of the log sees each start as it
-                    // happens. The queue held nothing else: `settle` took it.
-                    let consequences = self.core.take_actions();
-                    if !consequences.is_empty() {
-                        self.execute(consequences, now);
+                    // The starts in a row go together, the spawner forking
+                    // one while the next is sent; so do the starts of many
+                    // apps, between which are only reports (`reconciled`),
+                    // told once those starts are made.
+                    let mut orders = vec![order];
+                    let mut reports = Vec::new();
+                    while let Some(Action::Spawn(_) | Action::Report(_)) = actions.peek() {
+                        match actions.next() {
+                            Some(Action::Spawn(next)) => orders.push(next),
+                            Some(report) => reports.push(report),
+                            None => break,
+                        }
                     }
+                    self.spawn(&orders, now);
+                    self.execute(reports, now);
                 }
                 Action::Signal { pgid, signal } => self.effects.signal_group(pgid, signal),
                 Action::ReleaseGroup {
@@ -71,8 +79,57 @@ impl<E: Effects> Supervisor<E> {
         }
     }
 
-    /// Bind (or find) the order's sockets and start its process.
-    fn spawn(&mut self, order: &SpawnOrder, now: Instant) {
+    /// Bind (or find) each order's sockets and start its process; what
+    /// each start's result led to (its `spawned` report first) is carried
+    /// out at once, not after the rest of the actions: a reader of the log
+    /// sees each start as it happens.
+    fn spawn(&mut self, orders: &[SpawnOrder], now: Instant) {
+        let mut starts = Vec::with_capacity(orders.len());
+        let mut unbound = Vec::new();
+        for order in orders {
+            match self.bind_all(order) {
+                Ok(sockets) => starts.push(Start { order, sockets }),
+                Err(detail) => unbound.push(Input::SpawnFailed {
+                    app: order.app.clone(),
+                    id: order.id,
+                    error: StartError {
+                        stage: StartStage::Prepare,
+                        errno: libc::EADDRINUSE,
+                    },
+                    detail,
+                }),
+            }
+        }
+        let results = self.effects.spawn(&starts);
+        let started = starts.iter().zip(results).map(|(start, result)| {
+            let order = start.order;
+            match result {
+                Ok(pid) => Input::Spawned {
+                    app: order.app.clone(),
+                    id: order.id,
+                    pid,
+                },
+                Err(failure) => Input::SpawnFailed {
+                    app: order.app.clone(),
+                    id: order.id,
+                    error: failure.error,
+                    detail: failure.detail,
+                },
+            }
+        });
+        let inputs: Vec<Input> = unbound.into_iter().chain(started).collect();
+        for input in inputs {
+            self.core.input(input, now);
+            // The queue held nothing else: `settle` took it.
+            let consequences = self.core.take_actions();
+            if !consequences.is_empty() {
+                self.execute(consequences, now);
+            }
+        }
+    }
+
+    /// Bind (or find) the sockets of `order`; why not, in words.
+    fn bind_all(&mut self, order: &SpawnOrder) -> Result<Vec<(RawFd, ListenAddress)>, String> {
         let mut sockets = Vec::with_capacity(order.definition.listen.len());
         for listen in &order.definition.listen {
             let key = SocketKey {
@@ -86,36 +143,9 @@ impl<E: Effects> Supervisor<E> {
                 self.sweep_sockets();
                 bound = self.effects.bind(&key, &order.app);
             }
-            match bound {
-                Ok(socket) => sockets.push(socket),
-                Err(error) => {
-                    let input = Input::SpawnFailed {
-                        app: order.app.clone(),
-                        id: order.id,
-                        error: StartError {
-                            stage: StartStage::Prepare,
-                            errno: libc::EADDRINUSE,
-                        },
-                        detail: error.to_string(),
-                    };
-                    return self.core.input(input, now);
-                }
-            }
+            sockets.push(bound.map_err(|error| error.to_string())?);
         }
-        let input = match self.effects.spawn(order, &sockets) {
-            Ok(pid) => Input::Spawned {
-                app: order.app.clone(),
-                id: order.id,
-                pid,
-            },
-            Err(failure) => Input::SpawnFailed {
-                app: order.app.clone(),
-                id: order.id,
-                error: failure.error,
-                detail: failure.detail,
-            },
-        };
-        self.core.input(input, now);
+        Ok(sockets)
     }
 
     /// Close every socket that no app's current definition, nor an older one

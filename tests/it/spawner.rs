@@ -33,9 +33,11 @@ fn app(mark: &str, instances: u32, value: u32) -> String {
 }
 
 /// `status --json`, given up after `limit`: the reply and how long it took.
+/// Its output is read while it runs (a status of hundreds of workers is
+/// more than a pipe holds).
 fn status(s: &Supervised, limit: Duration) -> (Option<Value>, Duration) {
     let started = Instant::now();
-    let mut child = Command::new(binary())
+    let child = Command::new(binary())
         .current_dir(s.dir.path())
         .env("XDG_RUNTIME_DIR", runtime_dir(s.dir.path()))
         .args(["status", "--json"])
@@ -43,16 +45,27 @@ fn status(s: &Supervised, limit: Duration) -> (Option<Value>, Duration) {
         .stderr(Stdio::null())
         .spawn()
         .expect("the client runs");
-    let done = eventually(limit, || matches!(child.try_wait(), Ok(Some(_))));
-    if !done {
-        let _ = child.kill();
-        let _ = child.wait();
-        return (None, started.elapsed());
-    }
-    let output = child.wait_with_output().expect("its output");
+    let pid = child.id() as i32;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let output = match rx.recv_timeout(limit) {
+        Ok(output) => output.ok(),
+        Err(_) => {
+            // SAFETY: the client this test started, not reaped yet (the
+            // reader waits for it).
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+            None
+        }
+    };
+    reader.join().expect("the reader ends");
+    let took = started.elapsed();
     (
-        serde_json::from_slice(&output.stdout).ok(),
-        started.elapsed(),
+        output.and_then(|o| serde_json::from_slice(&o.stdout).ok()),
+        took,
     )
 }
 
@@ -82,11 +95,19 @@ fn assert_converges(s: &Supervised, mark: &str, count: usize) {
         let shown = shown(&status);
         ready && shown.len() == count && workers(mark) == shown
     });
+    let running = workers(mark);
+    let shown = status(s, Duration::from_secs(5))
+        .0
+        .map(|s| shown(&s))
+        .unwrap_or_default();
     assert!(
         converged,
-        "processes {:?} vs shown {:?}",
-        workers(mark),
-        status(s, Duration::from_secs(5)).0.map(|s| shown(&s))
+        "{} running, {} shown; running not shown: {:?}; shown not running: {:?}\n{}",
+        running.len(),
+        shown.len(),
+        running.difference(&shown).collect::<Vec<_>>(),
+        shown.difference(&running).collect::<Vec<_>>(),
+        s.dump()
     );
 }
 
@@ -252,5 +273,26 @@ fn an_environment_of_hundreds_of_kilobytes_starts() {
     let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
     assert!(environ.len() > 200 * 1024, "{} bytes", environ.len());
     assert_eq!(s.count("start_failed", "w"), 0, "{}", s.dump());
+    shut_down(s, &mark);
+}
+
+#[test]
+fn a_spawner_killed_with_starts_in_flight_leaves_no_stray_worker() {
+    let mark = mark();
+    let mut s = Supervised::start(&app(&mark, 0, 0));
+    s.wait_for("the start", |e| e["event"] == "applied");
+    let spawner = spawner_of(&s);
+    edit(&s, &app(&mark, 300, 0));
+    // Killed once the starts are going out: several are sent and not
+    // answered (the spawner forks one while the next is sent).
+    s.wait_for("the first spawn", |e| e["event"] == "spawned");
+    // SAFETY: killing the spawner of the supervisor this test started.
+    unsafe {
+        libc::kill(spawner, libc::SIGKILL);
+    }
+    // Every process running is one the supervisor shows: what the dead
+    // spawner had started and not told is gone, and the rest start.
+    assert_converges(&s, &mark, 300);
+    assert_ne!(spawner_of(&s), spawner);
     shut_down(s, &mark);
 }

@@ -79,6 +79,13 @@ pub struct SpawnFailure {
     pub detail: String,
 }
 
+/// A worker to start, and its bound listening sockets.
+#[derive(Debug)]
+pub struct Start<'a> {
+    pub order: &'a SpawnOrder,
+    pub sockets: Vec<(RawFd, ListenAddress)>,
+}
+
 /// Everything the supervisor loop does to the world.
 pub trait Effects {
     /// The monotonic clock.
@@ -87,13 +94,10 @@ pub trait Effects {
     /// The wall clock (cron schedules are evaluated on it).
     fn wall_clock(&self) -> std::time::SystemTime;
 
-    /// Start the process of a worker (and its output capture and readiness
-    /// probe) with these bound listening sockets: the pid, or why not.
-    fn spawn(
-        &mut self,
-        order: &SpawnOrder,
-        sockets: &[(RawFd, ListenAddress)],
-    ) -> Result<i32, SpawnFailure>;
+    /// Start the process of each worker (and its output capture and
+    /// readiness probe) with its bound listening sockets: in the order
+    /// given, the pid of each, or why not.
+    fn spawn(&mut self, starts: &[Start]) -> Vec<Result<i32, SpawnFailure>>;
 
     /// Send `signal` to instance `pgid`: its process group and whatever
     /// escaped it (an empty group is fine).

@@ -37,7 +37,7 @@ use model::Signal;
 use effects::spawn::ExecStatus;
 use effects::upgrade::KeptOpen;
 use effects::upgrade::probe::{ProbeEnd, ProbeOutput, RunningProbe};
-use effects::{BindError, CheckAnswer, Effects, Reaped, SpawnFailure};
+use effects::{BindError, CheckAnswer, Effects, Reaped, SpawnFailure, Start};
 use model::orders::{CheckOrder, SpawnOrder};
 use model::process::{Exit, StartError};
 use model::spec::{ListenAddress, Readiness, SocketKey};

@@ -35,6 +35,7 @@ use child::STATUS_BYTES;
 use model::limits::MAX_LISTEN_FDS;
 use model::process::{StartError, StartStage};
 use model::spec::{Identity, ListenAddress, ProcessDefinition, Readiness};
+pub(crate) use spawner::SPAWNS_IN_FLIGHT;
 pub use spawner::{HELPER_ENV, SPAWNER_ARG, Spawner, serve as serve_spawner, start_helper};
 
 /// What the worker gets besides its definition.
@@ -335,27 +336,54 @@ fn entries(env: &IndexMap<OsString, OsString>) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// Start one worker through `spawner`, in the cgroup whose directory is
-/// `cgroup` when there is one. On `Ok` the process exists (exec may still
-/// fail: see [`Spawned::exec_status`]); on `Err` no process was created.
-pub(crate) fn spawn(
+/// A worker's start sent to the spawner, its pid not known yet: our ends
+/// of its pipes (the write ends are the spawner's now).
+#[derive(Debug)]
+pub(crate) struct Sent {
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+    exec_status: OwnedFd,
+}
+
+/// Send the start of one worker through `spawner`, in the cgroup whose
+/// directory is `cgroup` when there is one, without waiting for its pid:
+/// [`received`] takes it, in the order sent. On `Err` nothing was sent.
+pub(crate) fn send(
     request: &SpawnRequest,
     spawner: &mut Spawner,
     cgroup: Option<RawFd>,
-) -> Result<Spawned, SpawnError> {
-    let (stdout_read, stdout_write) = pipe()?;
-    let (stderr_read, stderr_write) = pipe()?;
-    let output = [stdout_write.as_raw_fd(), stderr_write.as_raw_fd()];
-    let (pid, exec_status) = start(request, spawner, cgroup, output)?;
-    Ok(Spawned {
-        pid,
-        stdout: stdout_read,
-        stderr: stderr_read,
+) -> Result<Sent, SpawnError> {
+    let launch = Launch::from_request(request)?;
+    let (stdout, stdout_write) = pipe()?;
+    let (stderr, stderr_write) = pipe()?;
+    let stdio = [
+        spawner.devnull(),
+        stdout_write.as_raw_fd(),
+        stderr_write.as_raw_fd(),
+    ];
+    let exec_status = send_with(&launch, spawner, cgroup, stdio, request.listen_fds)?;
+    Ok(Sent {
+        stdout,
+        stderr,
         exec_status,
     })
 }
 
-/// Like [`spawn`], with stdout and stderr on `/dev/null` (an `exec` health
+/// The oldest start [`send`] sent: on `Ok` its process exists (exec may
+/// still fail: see [`Spawned::exec_status`]); on `Err` the
+/// spawner may have been killed mid-request (the caller kills what it may
+/// have started).
+pub(crate) fn received(sent: Sent, spawner: &mut Spawner) -> Result<Spawned, SpawnError> {
+    let pid = receive_pid(spawner)?;
+    Ok(Spawned {
+        pid,
+        stdout: sent.stdout,
+        stderr: sent.stderr,
+        exec_status: sent.exec_status,
+    })
+}
+
+/// Like [`send`] and [`received`] at once, with stdout and stderr on `/dev/null` (an `exec` health
 /// check: only its exit code counts). The pid and its exec-status pipe.
 pub(crate) fn spawn_quiet(
     request: &SpawnRequest,
@@ -426,12 +454,32 @@ fn launch_with(
     stdio: [RawFd; 3],
     listen_fds: &[RawFd],
 ) -> Result<(i32, OwnedFd), SpawnError> {
+    let status = send_with(launch, spawner, cgroup, stdio, listen_fds)?;
+    Ok((receive_pid(spawner)?, status))
+}
+
+/// Send the start of `launch` (as [`launch_with`]): the read end of its
+/// exec-status pipe. Our copies of `stdio` may be closed once this returns:
+/// the spawner has its own.
+fn send_with(
+    launch: &Launch,
+    spawner: &mut Spawner,
+    cgroup: Option<RawFd>,
+    stdio: [RawFd; 3],
+    listen_fds: &[RawFd],
+) -> Result<OwnedFd, SpawnError> {
     let (status_read, status_write) = pipe()?;
     let mut fds = stdio.to_vec();
     fds.push(status_write.as_raw_fd());
     fds.extend(cgroup);
     fds.extend_from_slice(listen_fds);
-    let pid = spawner.spawn(launch, &fds, cgroup.is_some())?;
+    spawner.send(launch, &fds, cgroup.is_some())?;
+    Ok(status_read)
+}
+
+/// The pid of the oldest start sent, leading its own group.
+fn receive_pid(spawner: &mut Spawner) -> Result<i32, SpawnError> {
+    let pid = spawner.receive()?;
     // The process leads its own group; doing it here as well means a killpg
     // sent right after this returns cannot miss the group. EACCES (it
     // already exec'd) and ESRCH (already gone) are fine.
@@ -439,8 +487,7 @@ fn launch_with(
     unsafe {
         libc::setpgid(pid, pid);
     }
-    drop(status_write);
-    Ok((pid, status_read))
+    Ok(pid)
 }
 
 /// What an exec-status pipe says.

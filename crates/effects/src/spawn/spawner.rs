@@ -41,6 +41,11 @@ pub(crate) const REPLY_TIMEOUT: Duration = Duration::from_secs(2);
 const START_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a killed spawner may take to die (SIGKILL: at once, in practice).
 const DEATH_WAIT: Duration = Duration::from_secs(1);
+/// How many requests may wait for the spawner's answer at once: the
+/// spawner forks one while the supervisor prepares the next (each holds
+/// its pipes' read ends and its cgroup's directory meanwhile). Few: the
+/// replies queue in our socket, and the last waits for every fork before it.
+pub(crate) const SPAWNS_IN_FLIGHT: usize = 8;
 /// The argument that makes our binary a spawner.
 pub const SPAWNER_ARG: &str = "__spawner";
 /// The fds a request carries besides the listening sockets: stdin, stdout,
@@ -64,6 +69,11 @@ pub struct Spawner {
     helper: Option<Helper>,
     /// A worker's stdin; outlives every spawner.
     devnull: OwnedFd,
+    /// Requests sent to `helper` not answered yet.
+    in_flight: usize,
+    /// Requests a killed spawner had not answered: each fails at its
+    /// [`Spawner::receive`] before anything is sent to a new one.
+    unanswered: usize,
 }
 
 /// One spawner process and the socket to it.
@@ -147,8 +157,8 @@ impl Helper {
         }
     }
 
-    /// One request and its reply; `Err` when the spawner is broken.
-    fn ask(&self, request: &[u8], fds: &[RawFd]) -> io::Result<Result<i32, SpawnError>> {
+    /// Send one request; `Err` when the spawner is broken.
+    fn send(&self, request: &[u8], fds: &[RawFd]) -> io::Result<()> {
         // A large request goes in a memfd, passed as the first fd.
         let memfd = (request.len() > wire::INLINE_REQUEST_BYTES)
             .then(|| in_memfd(request))
@@ -174,12 +184,14 @@ impl Helper {
                 None,
             ) {
                 Err(nix::errno::Errno::EINTR) => continue,
-                sent => {
-                    sent?;
-                    break;
-                }
+                sent => return sent.map(drop).map_err(io::Error::from),
             }
         }
+    }
+
+    /// The reply to the oldest request not answered yet (the spawner takes
+    /// them in order); `Err` when the spawner is broken.
+    fn receive(&self) -> io::Result<Result<i32, SpawnError>> {
         let mut reply = [0u8; REPLY_BYTES];
         let n = loop {
             // SAFETY: reading into a stack buffer of the stated size from our socket.
@@ -232,6 +244,8 @@ impl Spawner {
         Ok(Spawner {
             helper: Some(Helper::start()?),
             devnull,
+            in_flight: 0,
+            unanswered: 0,
         })
     }
 
@@ -243,6 +257,8 @@ impl Spawner {
     /// The spawner process died (reaped): the next spawn starts another.
     pub(crate) fn lost(&mut self) {
         self.helper = None;
+        self.unanswered += self.in_flight;
+        self.in_flight = 0;
     }
 
     /// What a worker's stdin is.
@@ -250,17 +266,19 @@ impl Spawner {
         self.devnull.as_raw_fd()
     }
 
-    /// Start a worker: `fds` are stdin, stdout, stderr, the status pipe, the
-    /// directory of its cgroup when `cgroup`, then the listening sockets.
-    /// Starts a spawner first when there is none. On `Err` the spawner may
-    /// have been killed mid-request: the caller kills what the request may
-    /// have started.
-    pub(crate) fn spawn(
+    /// Send the request of a worker: `fds` are stdin, stdout, stderr, the
+    /// status pipe, the directory of its cgroup when `cgroup`, then the
+    /// listening sockets. Starts a spawner first when there is none. Its
+    /// answer is not waited for: the spawner forks it while we prepare the
+    /// next. Once this returns, the spawner holds its own copies of `fds`.
+    /// At most [`SPAWNS_IN_FLIGHT`] may wait for [`Spawner::receive`].
+    pub(crate) fn send(
         &mut self,
         launch: &Launch,
         fds: &[RawFd],
         cgroup: bool,
-    ) -> Result<i32, SpawnError> {
+    ) -> Result<(), SpawnError> {
+        debug_assert!(self.in_flight < SPAWNS_IN_FLIGHT);
         let extras = wire::Extras {
             listen: fds.len().saturating_sub(STDIO_FDS + usize::from(cgroup)),
             cgroup,
@@ -275,30 +293,75 @@ impl Spawner {
                 ),
             )
         })?;
-        let helper = match self.helper.take() {
+        // A killed spawner's unanswered requests fail at their receive,
+        // before any answer of this one is read: the order is kept.
+        let helper = match &self.helper {
             Some(helper) => helper,
-            None => Helper::start().map_err(|e| {
+            None => self.helper.insert(Helper::start().map_err(|e| {
                 spawn_error(StartStage::Fork, io_errno(&e), "cannot start the spawner")
-            })?,
+            })?),
         };
-        match helper.ask(&request, fds) {
+        match helper.send(&request, fds) {
+            Ok(()) => {
+                self.in_flight += 1;
+                Ok(())
+            }
+            // This request fails now; those before it, at their receive.
+            Err(error) => Err(self.broken(&error)),
+        }
+    }
+
+    /// The answer to the oldest request sent and not answered yet: the pid,
+    /// or why not. After a broken spawner, every request it had fails: the
+    /// spawner may have been killed mid-request, and the caller kills what
+    /// the request may have started.
+    pub(crate) fn receive(&mut self) -> Result<i32, SpawnError> {
+        if self.unanswered > 0 {
+            self.unanswered -= 1;
+            return Err(spawn_error(
+                StartStage::Fork,
+                libc::EPIPE,
+                "the spawner did not answer",
+            ));
+        }
+        let Some(helper) = &self.helper else {
+            return Err(spawn_error(
+                StartStage::Fork,
+                libc::EINVAL,
+                "no request is waiting for the spawner",
+            ));
+        };
+        match helper.receive() {
             Ok(answer) => {
-                self.helper = Some(helper);
+                self.in_flight = self.in_flight.saturating_sub(1);
                 answer
             }
             Err(error) => {
-                tracing::warn!(
-                    "the spawner (pid {}) did not answer ({error}); killed it, another starts with the next spawn",
-                    helper.pid
-                );
-                helper.kill();
-                Err(spawn_error(
-                    StartStage::Fork,
-                    io_errno(&error),
-                    "the spawner did not answer",
-                ))
+                let error = self.broken(&error);
+                // This one fails now; the others at their receive.
+                self.unanswered -= 1;
+                Err(error)
             }
         }
+    }
+
+    /// The spawner failed a request: kill it (another starts with the next
+    /// request once every request it had has failed), and say so once.
+    fn broken(&mut self, error: &io::Error) -> SpawnError {
+        if let Some(helper) = self.helper.take() {
+            tracing::warn!(
+                "the spawner (pid {}) did not answer ({error}); killed it, another starts with the next spawn",
+                helper.pid
+            );
+            helper.kill();
+        }
+        self.unanswered += self.in_flight;
+        self.in_flight = 0;
+        spawn_error(
+            StartStage::Fork,
+            io_errno(error),
+            "the spawner did not answer",
+        )
     }
 }
 

@@ -50,8 +50,8 @@ use super::systemd::SystemdNotifier;
 use super::tracking::Tracking;
 use super::transient::Transient;
 use super::undertaker::Undertaker;
-use super::{CheckAnswer, Effects, Reaped, SpawnFailure};
-use model::orders::{CheckOrder, SpawnOrder};
+use super::{CheckAnswer, Effects, Reaped, SpawnFailure, Start};
+use model::orders::CheckOrder;
 use model::process::{Exit, StartError};
 use model::spec::{ListenAddress, Readiness, SocketKey};
 
@@ -201,12 +201,8 @@ impl Effects for System {
         std::time::SystemTime::now()
     }
 
-    fn spawn(
-        &mut self,
-        order: &SpawnOrder,
-        sockets: &[(RawFd, ListenAddress)],
-    ) -> Result<i32, SpawnFailure> {
-        System::spawn(self, order, sockets)
+    fn spawn(&mut self, starts: &[Start]) -> Vec<Result<i32, SpawnFailure>> {
+        System::spawn(self, starts)
     }
 
     fn signal_group(&mut self, pgid: i32, signal: Signal) {

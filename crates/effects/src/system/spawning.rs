@@ -2,6 +2,7 @@
 //! token, the undertaker told of its group, its output pumps, the watch of
 //! its exec status, its readiness probe; and forgetting it once it is gone.
 
+use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 
@@ -10,22 +11,51 @@ use tokio::io::unix::AsyncFd;
 use tracing::{error, warn};
 
 use super::{Exec, System, Tracked};
-use crate::SpawnFailure;
+use crate::groups::Placement;
 use crate::output::{self, Source, Stream};
 use crate::spawn::{self, ExecStatus, SpawnRequest};
+use crate::{SpawnFailure, Start};
 use model::orders::SpawnOrder;
 use model::process::{StartError, StartStage};
 use model::spec::ListenAddress;
 
+/// A start sent to the spawner whose pid is not known yet.
+struct InFlight<'a> {
+    order: &'a SpawnOrder,
+    placement: Placement,
+    sent: spawn::Sent,
+}
+
 impl System {
-    /// [`crate::Effects::spawn`]: fork and exec the worker of `order`,
-    /// handed `sockets`, and start what it gets besides.
-    pub(super) fn spawn(
-        &mut self,
-        order: &SpawnOrder,
-        sockets: &[(RawFd, ListenAddress)],
-    ) -> Result<i32, SpawnFailure> {
-        let fds: Vec<RawFd> = sockets.iter().map(|(fd, _)| *fd).collect();
+    /// [`crate::Effects::spawn`]: fork and exec the worker of each start,
+    /// handed its sockets, and start what it gets besides. The spawner forks
+    /// one while the next is prepared and sent: up to
+    /// [`spawn::SPAWNS_IN_FLIGHT`] wait for their pid, in order.
+    pub(super) fn spawn(&mut self, starts: &[Start]) -> Vec<Result<i32, SpawnFailure>> {
+        let mut results = Vec::with_capacity(starts.len());
+        let mut in_flight: VecDeque<(usize, InFlight)> = VecDeque::new();
+        for (index, start) in starts.iter().enumerate() {
+            if in_flight.len() == spawn::SPAWNS_IN_FLIGHT
+                && let Some((done, sent)) = in_flight.pop_front()
+            {
+                results.push((done, self.received(sent)));
+            }
+            match self.send(start) {
+                Ok(sent) => in_flight.push_back((index, sent)),
+                Err(failure) => results.push((index, Err(failure))),
+            }
+        }
+        while let Some((done, sent)) = in_flight.pop_front() {
+            results.push((done, self.received(sent)));
+        }
+        results.sort_by_key(|(index, _)| *index);
+        results.into_iter().map(|(_, result)| result).collect()
+    }
+
+    /// Place the worker of `start` and send its start to the spawner.
+    fn send<'a>(&mut self, start: &Start<'a>) -> Result<InFlight<'a>, SpawnFailure> {
+        let order = start.order;
+        let fds: Vec<RawFd> = start.sockets.iter().map(|(fd, _)| *fd).collect();
         let injects = order.definition.listen.iter().any(|l| l.inject);
         if injects {
             // Checked before every start: a file removed or replaced since
@@ -48,7 +78,7 @@ impl System {
             };
         }
         let inject_library = self.inject_library.as_deref().filter(|_| injects);
-        let bound: Vec<ListenAddress> = sockets.iter().map(|(_, a)| a.clone()).collect();
+        let bound: Vec<ListenAddress> = start.sockets.iter().map(|(_, a)| a.clone()).collect();
         let mut request = SpawnRequest {
             app: &order.app,
             slot: order.slot,
@@ -76,7 +106,30 @@ impl System {
             .limit_placement_memory(&placement, order.memory_max);
         request.run_token = placement.token.as_deref();
         let cgroup = placement.cgroup.as_ref().map(|(_, fd)| fd.as_raw_fd());
-        let spawned = match spawn::spawn(&request, &mut self.setup.spawner, cgroup) {
+        match spawn::send(&request, &mut self.setup.spawner, cgroup) {
+            Ok(sent) => Ok(InFlight {
+                order,
+                placement,
+                sent,
+            }),
+            Err(e) => {
+                self.groups.discard(placement);
+                Err(SpawnFailure {
+                    error: e.start_error(),
+                    detail: e.to_string(),
+                })
+            }
+        }
+    }
+
+    /// The pid of the oldest start sent, and what its worker gets besides.
+    fn received(&mut self, in_flight: InFlight) -> Result<i32, SpawnFailure> {
+        let InFlight {
+            order,
+            placement,
+            sent,
+        } = in_flight;
+        let spawned = match spawn::received(sent, &mut self.setup.spawner) {
             Ok(spawned) => spawned,
             Err(e) => {
                 self.groups.discard(placement);

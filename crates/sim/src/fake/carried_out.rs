@@ -32,68 +32,11 @@ impl Effects for FakeEffects {
         self.wall_at_start + self.now.saturating_duration_since(self.started)
     }
 
-    fn spawn(
-        &mut self,
-        order: &SpawnOrder,
-        _sockets: &[(RawFd, ListenAddress)],
-    ) -> Result<i32, SpawnFailure> {
-        if let Some(error) = self.spawn_failure {
-            self.history.push(format!(
-                "spawn {}.{} g{} failed",
-                order.app, order.slot, order.generation
-            ));
-            return Err(SpawnFailure {
-                error,
-                detail: "the simulation refuses this spawn".into(),
-            });
-        }
-        let pid = self.next_pid;
-        self.next_pid += 1;
-        self.history.push(format!(
-            "spawn {}.{} g{} pid {pid}",
-            order.app, order.slot, order.generation
-        ));
-        let behaviour = self.plans.pop_front().unwrap_or_default();
-        let leftovers = behaviour.leftovers;
-        let runs = self
-            .runs
-            .entry((order.app.clone(), order.slot))
-            .or_default();
-        *runs += 1;
-        let ends = own_end(order, *runs, self.now);
-        let beside_at_spawn = self
-            .processes
-            .values()
-            .filter(|p| p.app == order.app && p.group_alive(self.now))
-            .map(|p| p.pid)
-            .collect();
-        self.processes.insert(
-            pid,
-            FakeProcess {
-                pid,
-                app: order.app.clone(),
-                slot: order.slot,
-                generation: order.generation,
-                readiness: order.readiness.clone(),
-                behaviour,
-                life: Life::Running,
-                exec_reported: false,
-                exec_known: false,
-                start_error: None,
-                leftovers,
-                leftovers_until: None,
-                spawned_at: self.now,
-                ends,
-                beside_at_spawn,
-                injects: order.definition.listen.iter().any(|l| l.inject),
-                injected: false,
-            },
-        );
-        if matches!(order.readiness, Readiness::Probe(_)) {
-            self.probes.insert(pid);
-        }
-        self.populated.insert(pid);
-        Ok(pid)
+    fn spawn(&mut self, starts: &[Start]) -> Vec<Result<i32, SpawnFailure>> {
+        starts
+            .iter()
+            .map(|start| self.spawn_one(start.order))
+            .collect()
     }
 
     fn signal_group(&mut self, pgid: i32, signal: Signal) {
@@ -374,5 +317,68 @@ impl Effects for FakeEffects {
 
     fn resume_probe(&mut self, _app: &str, _slot: u32, _readiness: &Readiness, pid: i32) {
         self.probes.insert(pid);
+    }
+}
+
+impl FakeEffects {
+    /// One start of [`Effects::spawn`].
+    fn spawn_one(&mut self, order: &SpawnOrder) -> Result<i32, SpawnFailure> {
+        if let Some(error) = self.spawn_failure {
+            self.history.push(format!(
+                "spawn {}.{} g{} failed",
+                order.app, order.slot, order.generation
+            ));
+            return Err(SpawnFailure {
+                error,
+                detail: "the simulation refuses this spawn".into(),
+            });
+        }
+        let pid = self.next_pid;
+        self.next_pid += 1;
+        self.history.push(format!(
+            "spawn {}.{} g{} pid {pid}",
+            order.app, order.slot, order.generation
+        ));
+        let behaviour = self.plans.pop_front().unwrap_or_default();
+        let leftovers = behaviour.leftovers;
+        let runs = self
+            .runs
+            .entry((order.app.clone(), order.slot))
+            .or_default();
+        *runs += 1;
+        let ends = own_end(order, *runs, self.now);
+        let beside_at_spawn = self
+            .processes
+            .values()
+            .filter(|p| p.app == order.app && p.group_alive(self.now))
+            .map(|p| p.pid)
+            .collect();
+        self.processes.insert(
+            pid,
+            FakeProcess {
+                pid,
+                app: order.app.clone(),
+                slot: order.slot,
+                generation: order.generation,
+                readiness: order.readiness.clone(),
+                behaviour,
+                life: Life::Running,
+                exec_reported: false,
+                exec_known: false,
+                start_error: None,
+                leftovers,
+                leftovers_until: None,
+                spawned_at: self.now,
+                ends,
+                beside_at_spawn,
+                injects: order.definition.listen.iter().any(|l| l.inject),
+                injected: false,
+            },
+        );
+        if matches!(order.readiness, Readiness::Probe(_)) {
+            self.probes.insert(pid);
+        }
+        self.populated.insert(pid);
+        Ok(pid)
     }
 }
