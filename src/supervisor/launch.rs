@@ -247,6 +247,7 @@ fn start(launch: Launch) -> std::io::Result<Loop> {
         turn_began: deaf_since,
         asked: deaf_since,
         clock_set: effects::clock_set::ClockSet::new(),
+        usage: effects::usage::Sampling::new(deaf_since),
     })
 }
 

@@ -4,7 +4,8 @@
 //! for an upgrade: [`super::upgrading`]), the file's loader, what the
 //! effects report (exec statuses, probes, notify datagrams, check answers,
 //! memory measurements, emptied groups), the control socket, the `/metrics`
-//! endpoint, the timer the core asks for, and the wall clock being set. How it starts — fresh, or
+//! endpoint, the timer the core asks for, the wall clock being set, and the
+//! sampling of every instance's CPU and memory that `status` answers from. How it starts — fresh, or
 //! from an upgrade's state — is [`super::launch`].
 //!
 //! A turn of the loop waits for one source ([`Loop::wait`]), then takes
@@ -134,6 +135,8 @@ enum Order {
     Snapshot(SnapshotRequest),
     /// The time the core (or an upgrade's probe) asked to be woken at.
     Timer,
+    /// A sample of the instances' CPU and memory is due.
+    SampleUsage,
 }
 
 /// The loop's state: the supervisor, its sources, and what the loop keeps
@@ -167,6 +170,9 @@ pub(super) struct Loop {
     /// Wakes the loop when the wall clock is set: a turn, in which the core
     /// re-arms cron schedules on the new time.
     pub(crate) clock_set: effects::clock_set::ClockSet,
+    /// Every instance's CPU and memory, sampled off this thread: what
+    /// `status` answers with.
+    pub(crate) usage: usage::Sampling,
 }
 
 impl Loop {
@@ -190,6 +196,7 @@ impl Loop {
         let inbox = &mut self.inbox;
         let upgrade = &mut self.upgrade;
         let clock_set = &mut self.clock_set;
+        let sample_at = tokio::time::Instant::from_std(self.usage.due_at());
         tokio::select! {
             _ = signals.children.recv() => Wake::Fact(News::ChildExited),
             _ = signals.interrupts.recv() => Wake::Order(Order::Stop(News::Interrupt)),
@@ -215,6 +222,7 @@ impl Loop {
             Some(()) = inbox.group_changes.recv() => Wake::Fact(News::GroupsChanged),
             () = clock_set.changed() => Wake::Order(Order::Timer),
             _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => Wake::Order(Order::Timer),
+            _ = tokio::time::sleep_until(sample_at) => Wake::Order(Order::SampleUsage),
         }
     }
 
@@ -307,6 +315,12 @@ impl Loop {
                 self.supervisor.handle_all(facts);
                 scrape.serve();
             }
+            Order::SampleUsage => {
+                self.supervisor.handle_all(facts);
+                let effects = self.supervisor.effects();
+                let (instances, cgroups) = (effects.groups_tracked(), effects.cgroups());
+                self.usage.take(instances, cgroups, Instant::now());
+            }
             Order::Snapshot(reply) => {
                 self.supervisor.handle_all(facts);
                 // The state now, from the core; /proc is read by the
@@ -334,16 +348,34 @@ impl Loop {
             }
             Command::Status => {
                 // The state now, from the core; each instance's CPU and
-                // memory from its cgroup or a pass over /proc, off this
-                // thread.
+                // memory from the last sample, and those started since it
+                // measured now, off this thread.
                 let mut status = self.supervisor.status();
                 let effects = self.supervisor.effects();
                 status.tracking = Some(effects.tracking().describe());
                 status.supervisor = Some(self.lineage.describe());
                 status.add_log_errors(effects.log_files().errors());
-                let cgroups = effects.cgroups();
+                let sample = self.usage.latest();
+                let sampled =
+                    |pid: &i32| sample.as_ref().is_some_and(|s| s.usage.contains_key(pid));
+                let unsampled: Vec<(i32, Option<PathBuf>)> = status
+                    .apps
+                    .iter()
+                    .flat_map(|a| a.workers.iter().filter_map(|w| w.pid))
+                    .filter(|pid| !sampled(pid))
+                    .map(|pid| (pid, effects.cgroup_of(pid)))
+                    .collect();
+                self.usage.asked(Instant::now());
                 tokio::task::spawn_blocking(move || {
-                    status.add_usage(&usage::all(&cgroups), procfs::ticks_per_second());
+                    let fresh = usage::of(&unsampled);
+                    status.add_usage(
+                        |pid| {
+                            fresh.get(&pid).copied().or_else(|| {
+                                sample.as_ref().and_then(|s| s.usage.get(&pid).copied())
+                            })
+                        },
+                        procfs::ticks_per_second(),
+                    );
                     let line = serde_json::to_string(&status).unwrap_or_else(|e| {
                         error_reply(&format!("cannot encode the status: {e}")).to_string()
                     });

@@ -21,12 +21,6 @@ fn storm_seconds() -> u64 {
         .unwrap_or(4)
 }
 
-fn fd_count(pid: i32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count())
-        .unwrap_or(0)
-}
-
 /// The supervisor's worker leaders (its children, without its helpers).
 fn workers(supervisor: i32) -> Vec<i32> {
     let own = binary().canonicalize().unwrap_or_else(|_| binary());
@@ -156,7 +150,7 @@ fn chaos_keeps_the_count_and_leaks_nothing() {
             s.dump()
         );
     };
-    let baseline_fds = fd_count(supervisor);
+    let baseline_fds = held_fds(supervisor);
 
     let counts = Arc::new(Counts::default());
     let stop = Arc::new(AtomicBool::new(false));
@@ -220,9 +214,9 @@ fn chaos_keeps_the_count_and_leaks_nothing() {
         .collect();
     assert!(reaped, "zombies: {lasting:?}");
     assert!(
-        s.until(WAIT, |_| fd_count(supervisor) == baseline_fds),
+        s.until(WAIT, |_| held_fds(supervisor) == baseline_fds),
         "fds {} after the storms, {baseline_fds} before",
-        fd_count(supervisor)
+        held_fds(supervisor)
     );
     assert!(
         rss_second.abs_diff(rss_first) <= 1024,

@@ -50,6 +50,21 @@ pub fn runtime_dir(dir: &Path) -> PathBuf {
     runtime
 }
 
+/// How many fds process `pid` holds: those open on /proc and /sys are not
+/// counted, for they come and go while the supervisor samples what its
+/// instances use (it keeps none of them open).
+pub fn held_fds(pid: i32) -> usize {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return 0;
+    };
+    fds.flatten()
+        .filter(|fd| {
+            std::fs::read_link(fd.path())
+                .is_ok_and(|target| !target.starts_with("/proc") && !target.starts_with("/sys"))
+        })
+        .count()
+}
+
 pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_supervise"))
 }

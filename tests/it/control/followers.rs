@@ -66,9 +66,9 @@ fn answers_at_once(s: &Supervised, args: &[&str]) {
 #[test]
 fn followers_have_their_own_places_and_every_command_still_answers() {
     let s = quiet();
-    let baseline = fd_count(s.pid());
+    let baseline = held_fds(s.pid());
     let children = followers(&s, MAX_FOLLOWERS, MAX_FOLLOWERS);
-    let during = fd_count(s.pid());
+    let during = held_fds(s.pid());
     assert!(
         during >= baseline + MAX_FOLLOWERS,
         "{during} fds with {MAX_FOLLOWERS} followers served ({baseline} before)"
@@ -92,9 +92,9 @@ fn followers_have_their_own_places_and_every_command_still_answers() {
     // supervisor that the followers are gone, and free their places.
     terminate(children);
     assert!(
-        eventually(WAIT, || fd_count(s.pid()) <= baseline),
+        eventually(WAIT, || held_fds(s.pid()) <= baseline),
         "{} fds after the followers left ({baseline} before)\n{}",
-        fd_count(s.pid()),
+        held_fds(s.pid()),
         s.dump()
     );
     let again = followers(&s, MAX_FOLLOWERS, MAX_FOLLOWERS);

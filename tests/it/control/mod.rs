@@ -84,10 +84,6 @@ fn started(yaml: &str) -> Supervised {
     s
 }
 
-fn fd_count(pid: i32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
-}
-
 /// One app that prints a line when it starts, then nothing.
 const QUIET: &str = r#"apps:
   quiet:

@@ -144,12 +144,12 @@ fn cpu_ticks(pid: i32) -> u64 {
 fn idle_clients_are_capped_and_the_rest_wait() {
     let s = started(APPS);
     let socket = socket(&s);
-    let before = fd_count(s.pid());
+    let before = held_fds(s.pid());
     let held: Vec<UnixStream> = (0..150)
         .filter_map(|_| UnixStream::connect(&socket).ok())
         .collect();
-    assert!(eventually(WAIT, || fd_count(s.pid()) >= before + 64));
-    let during = fd_count(s.pid());
+    assert!(eventually(WAIT, || held_fds(s.pid()) >= before + 64));
+    let during = held_fds(s.pid());
     assert!(
         during <= before + 64 + 2,
         "{during} fds with 150 idle clients ({before} before): at most 64 are served at once"

@@ -3,13 +3,7 @@
 //! without (also when the supervisor is SIGKILLed).
 
 use super::*;
-
-/// Open fds of `pid`.
-fn fd_count(pid: i32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count())
-        .unwrap_or(0)
-}
+use crate::common::held_fds;
 
 #[test]
 fn a_hanging_exec_check_is_killed_at_its_timeout_and_leaves_nothing_behind() {
@@ -25,7 +19,7 @@ apps:
     );
     let mut s = Supervised::start(&yaml);
     s.wait_count("check_failed", "worker", 5);
-    let fds = fd_count(s.pid());
+    let fds = held_fds(s.pid());
     s.wait_count("check_failed", "worker", 55);
     let failed = s.wait_event("check_failed", "worker");
     assert_eq!(failed["detail"], "no answer within 50ms", "{failed}");
@@ -54,9 +48,9 @@ apps:
         "zombies: {zombies:?}"
     );
     assert!(
-        eventually(Duration::from_secs(1), || fd_count(s.pid()) <= fds),
+        eventually(Duration::from_secs(1), || held_fds(s.pid()) <= fds),
         "the supervisor held {fds} fds after 5 checks and {} after 105",
-        fd_count(s.pid())
+        held_fds(s.pid())
     );
     // The worker itself was never touched.
     assert_eq!(s.count("spawned", "worker"), 1);

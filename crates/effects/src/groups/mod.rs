@@ -486,6 +486,16 @@ impl Groups {
         self.reap_wait
     }
 
+    /// The cgroup of the group led by `pgid`, if it has one.
+    pub(crate) fn cgroup_of(&self, pgid: i32) -> Option<&PathBuf> {
+        self.groups.get(&pgid).and_then(|g| g.cgroup.as_ref())
+    }
+
+    /// How many groups are tracked (instances, checks and jobs running).
+    pub(crate) fn len(&self) -> usize {
+        self.groups.len()
+    }
+
     /// The instance cgroups, for `status` (CPU time from `cpu.stat`).
     pub(crate) fn cgroups(&self) -> Vec<(i32, PathBuf)> {
         self.groups

@@ -190,6 +190,16 @@ impl System {
     pub fn cgroups(&self) -> Vec<(i32, std::path::PathBuf)> {
         self.groups.cgroups()
     }
+
+    /// How many process groups are tracked, for the usage sampling.
+    pub fn groups_tracked(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// The cgroup of the instance led by `pgid`, if it has one.
+    pub fn cgroup_of(&self, pgid: i32) -> Option<std::path::PathBuf> {
+        self.groups.cgroup_of(pgid).cloned()
+    }
 }
 
 impl Effects for System {

@@ -47,17 +47,18 @@ impl StatusReply {
     }
 
     /// Fill in every running worker's CPU share (over its life) and memory
-    /// from `usage` (per process group, from /proc; `ticks` per second).
+    /// from `usage` of its process group's leader (CPU in `ticks` per
+    /// second).
     pub fn add_usage(
         &mut self,
-        usage: &std::collections::HashMap<i32, crate::usage::GroupUsage>,
+        usage: impl Fn(i32) -> Option<crate::usage::GroupUsage>,
         ticks: u64,
     ) {
         for worker in self.apps.iter_mut().flat_map(|a| a.workers.iter_mut()) {
             let Some(pid) = worker.pid else {
                 continue;
             };
-            let group = usage.get(&pid).copied().unwrap_or_default();
+            let group = usage(pid).unwrap_or_default();
             worker.rss_bytes = Some(group.rss_bytes);
             worker.cpu_percent = worker
                 .uptime_s
