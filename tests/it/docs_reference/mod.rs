@@ -499,7 +499,7 @@ fn render(schema: &Value) -> String {
 
     let mut out = String::new();
     out.push_str(
-        "<!-- Generated from schemas/ecosystem.schema.json by tests/it/docs_reference.rs: do not edit.\n     \
+        "<!-- Generated from schemas/ecosystem.schema.json by tests/it/docs_reference/: do not edit.\n     \
          `UPDATE_DOCS=1 cargo test --test it docs_reference` writes it again. -->\n\n",
     );
     out.push_str("# Key reference\n\n");
