@@ -53,9 +53,8 @@ impl ChildPlan<'_> {
     /// # Safety
     ///
     /// Call only in a freshly forked child of a process that prepared `self`
-    /// before the fork (every pointer points into memory the fork copied, or
-    /// shares with a parent suspended until this execs or exits, and nothing
-    /// else runs in the child). Never returns.
+    /// before the fork (every pointer points into memory the fork copied, and
+    /// nothing else runs in the child). Never returns.
     pub(super) unsafe fn exec(&self) -> ! {
         unsafe {
             libc::setpgid(0, 0);
@@ -72,15 +71,10 @@ impl ChildPlan<'_> {
             libc::sigemptyset(&mut empty);
             libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
 
-            // Raw system calls: libc's wrappers change the ids of every
-            // thread of the process they believe they are in, and a child
-            // that shares the spawner's memory (see `fork::fork_exec`)
-            // would look at the spawner's threads. This child has one.
             if let Some((uid, gid)) = self.identity
-                && (libc::syscall(libc::SYS_setgroups, self.groups.len(), self.groups.as_ptr())
-                    != 0
-                    || libc::syscall(libc::SYS_setgid, gid) != 0
-                    || libc::syscall(libc::SYS_setuid, uid) != 0)
+                && (libc::setgroups(self.groups.len(), self.groups.as_ptr()) != 0
+                    || libc::setgid(gid) != 0
+                    || libc::setuid(uid) != 0)
             {
                 fail(self.status, StartStage::Identity);
             }

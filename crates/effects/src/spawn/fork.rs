@@ -130,227 +130,6 @@ struct CloneArgs {
 /// clone3's flag to start the child in the cgroup `clone_args.cgroup` names.
 const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
-/// The stack a child that shares the spawner's memory runs on until its
-/// exec: [`ChildPlan::exec`] needs a few KiB; the rest is margin.
-const CHILD_STACK_BYTES: usize = 64 * 1024;
-/// Below the child's stack, unmapped: an overflow faults.
-const CHILD_STACK_GUARD: usize = 4096;
-
-/// A copy of the spawner that is our parent's child, by a raw `clone` or
-/// `clone3` without a new stack: fork (the child goes on on a copy of
-/// this stack and does what it does after a fork), in the cgroup whose
-/// directory is `cgroup`. The pid, or -1 (errno set).
-///
-/// # Safety
-///
-/// Only from a single-threaded process (the spawner); the caller's child
-/// branch only calls async-signal-safe functions.
-unsafe fn forked_clone(cgroup: Option<RawFd>) -> libc::pid_t {
-    match cgroup {
-        // SAFETY: a raw clone without a new stack is fork.
-        None => unsafe {
-            libc::syscall(
-                libc::SYS_clone,
-                (libc::CLONE_PARENT | libc::SIGCHLD) as libc::c_ulong,
-                0usize,
-                0usize,
-                0usize,
-                0usize,
-            ) as libc::pid_t
-        },
-        // SAFETY: as above, with clone3 (no stack: the child goes on on a
-        // copy of this one); the kernel places the child in the cgroup.
-        Some(fd) => unsafe {
-            // With CLONE_PARENT the exit signal must be 0: the child takes
-            // ours (SIGCHLD), as a sibling would.
-            let args = CloneArgs {
-                flags: libc::CLONE_PARENT as u64 | CLONE_INTO_CGROUP,
-                exit_signal: 0,
-                cgroup: fd as u64,
-                ..CloneArgs::default()
-            };
-            libc::syscall(
-                libc::SYS_clone3,
-                &args as *const CloneArgs,
-                std::mem::size_of::<CloneArgs>(),
-            ) as libc::pid_t
-        },
-    }
-}
-
-/// Start `child` as our parent's child that shares our memory until it
-/// execs (`CLONE_VM | CLONE_VFORK`, as `posix_spawn` does): no page table
-/// is copied and none torn down at its exec, the cost of most of a fork.
-/// We are suspended until it has exec'd or exited, so it may use what
-/// `child` points to, on a stack of its own. The pid, or -1 (errno set);
-/// `None` where this cannot be done (clone3 missing, another architecture):
-/// then a fork does it.
-fn shared_clone(child: &ChildPlan, cgroup: Option<RawFd>) -> Option<libc::pid_t> {
-    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-    {
-        let stack = ChildStack::map()?;
-        let args = CloneArgs {
-            flags: (libc::CLONE_PARENT | libc::CLONE_VM | libc::CLONE_VFORK) as u64
-                | cgroup.map_or(0, |_| CLONE_INTO_CGROUP),
-            exit_signal: 0,
-            stack: stack.base as u64,
-            stack_size: stack.size as u64,
-            cgroup: cgroup.map_or(0, |fd| fd as u64),
-            ..CloneArgs::default()
-        };
-        // SAFETY: `clone3_calling` starts the child on `stack` in
-        // `vfork_child`, which only calls async-signal-safe functions on
-        // `child` (valid until it execs or exits: we are suspended until
-        // then) and never returns.
-        let pid = unsafe {
-            clone3_calling(
-                &args,
-                vfork_child,
-                std::ptr::from_ref(child).cast_mut().cast(),
-            )
-        };
-        if pid == -libc::ENOSYS as libc::c_long {
-            return None;
-        }
-        if pid < 0 {
-            // SAFETY: errno is this thread's.
-            unsafe { *libc::__errno_location() = (-pid) as libc::c_int };
-            return Some(-1);
-        }
-        Some(pid as libc::pid_t)
-    }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    {
-        let _ = (child, cgroup);
-        None
-    }
-}
-
-/// The child of [`shared_clone`], on its own stack.
-extern "C" fn vfork_child(plan: *mut libc::c_void) -> ! {
-    // SAFETY: `plan` is the `ChildPlan` of `shared_clone`, alive while the
-    // parent waits for this child's exec or exit.
-    unsafe { (*plan.cast::<ChildPlan>().cast_const()).exec() }
-}
-
-/// An anonymous stack for one child, unmapped on drop (once the child has
-/// exec'd or exited: it no longer runs on it).
-struct ChildStack {
-    mapping: *mut libc::c_void,
-    /// The usable part, above the guard page.
-    base: *mut libc::c_void,
-    size: usize,
-}
-
-impl ChildStack {
-    fn map() -> Option<ChildStack> {
-        let length = CHILD_STACK_BYTES + CHILD_STACK_GUARD;
-        // SAFETY: a fresh private anonymous mapping; checked below.
-        let mapping = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                length,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-                -1,
-                0,
-            )
-        };
-        if mapping == libc::MAP_FAILED {
-            return None;
-        }
-        // SAFETY: the first page of the mapping made above.
-        unsafe { libc::mprotect(mapping, CHILD_STACK_GUARD, libc::PROT_NONE) };
-        Some(ChildStack {
-            mapping,
-            // SAFETY: within the mapping.
-            base: unsafe { mapping.cast::<u8>().add(CHILD_STACK_GUARD).cast() },
-            size: CHILD_STACK_BYTES,
-        })
-    }
-}
-
-impl Drop for ChildStack {
-    fn drop(&mut self) {
-        // SAFETY: our mapping, which nothing runs on any more.
-        unsafe { libc::munmap(self.mapping, CHILD_STACK_BYTES + CHILD_STACK_GUARD) };
-    }
-}
-
-/// clone3 whose child calls `entry(arg)` on the stack `args` gives (libc
-/// has no clone3 wrapper; its `clone` cannot place a child in a cgroup).
-/// Returns the pid, or `-errno`, in the parent only.
-///
-/// # Safety
-///
-/// `args` must give a stack; `entry` must never return and may only call
-/// async-signal-safe functions (it runs on the caller's thread-local
-/// storage, with the caller's memory when `CLONE_VM`).
-#[cfg(target_arch = "x86_64")]
-unsafe fn clone3_calling(
-    args: &CloneArgs,
-    entry: extern "C" fn(*mut libc::c_void) -> !,
-    arg: *mut libc::c_void,
-) -> libc::c_long {
-    let result: libc::c_long;
-    // SAFETY: the caller's contract. The child starts at the instruction
-    // after `syscall` with the stack pointer at the top of its stack
-    // (16-byte aligned: the mapping is page-aligned and its size a multiple
-    // of 16, so the `call` leaves it as a function entry expects); r12 and
-    // r13 survive the system call.
-    unsafe {
-        std::arch::asm!(
-            "syscall",
-            "test rax, rax",
-            "jnz 2f",
-            "xor ebp, ebp",
-            "mov rdi, r12",
-            "call r13",
-            "ud2",
-            "2:",
-            inlateout("rax") libc::SYS_clone3 => result,
-            in("rdi") std::ptr::from_ref(args),
-            in("rsi") std::mem::size_of::<CloneArgs>(),
-            in("r12") arg,
-            in("r13") entry,
-            lateout("rcx") _,
-            lateout("r11") _,
-            options(nostack),
-        );
-    }
-    result
-}
-
-/// As on x86_64: the child starts after `svc` on its own stack, with x9
-/// and x10 as they were.
-#[cfg(target_arch = "aarch64")]
-unsafe fn clone3_calling(
-    args: &CloneArgs,
-    entry: extern "C" fn(*mut libc::c_void) -> !,
-    arg: *mut libc::c_void,
-) -> libc::c_long {
-    let result: libc::c_long;
-    // SAFETY: the caller's contract; see the x86_64 version.
-    unsafe {
-        std::arch::asm!(
-            "svc 0",
-            "cbnz x0, 2f",
-            "mov x29, xzr",
-            "mov x0, x9",
-            "blr x10",
-            "brk 0",
-            "2:",
-            inlateout("x0") std::ptr::from_ref(args) => result,
-            in("x1") std::mem::size_of::<CloneArgs>(),
-            in("x8") libc::SYS_clone3,
-            in("x9") arg,
-            in("x10") entry,
-            options(nostack),
-        );
-    }
-    result
-}
-
 /// Fork and exec `prepared`. The child checks that its parent is still
 /// `parent` after arming `PR_SET_PDEATHSIG`.
 pub(crate) fn fork_exec(
@@ -389,11 +168,36 @@ pub(crate) fn fork_exec(
         // SAFETY: the child branch only calls async-signal-safe functions on
         // data prepared above (see `ChildPlan::exec`) and never returns.
         Parent::Us => unsafe { libc::fork() },
-        // Only the spawner, a single-threaded process, forks this way.
-        Parent::Ours { cgroup } => shared_clone(&child, cgroup).unwrap_or_else(|| {
-            // SAFETY: as `fork` (the spawner, single-threaded, calls this).
-            unsafe { forked_clone(cgroup) }
-        }),
+        // SAFETY: a raw clone without a new stack is fork: the child goes on
+        // on a copy of this stack. Only the spawner, a single-threaded
+        // process, calls this; the child does what it does after a fork.
+        Parent::Ours { cgroup: None } => unsafe {
+            libc::syscall(
+                libc::SYS_clone,
+                (libc::CLONE_PARENT | libc::SIGCHLD) as libc::c_ulong,
+                0usize,
+                0usize,
+                0usize,
+                0usize,
+            ) as libc::pid_t
+        },
+        // SAFETY: as above, with clone3 (no stack: the child goes on on a
+        // copy of this one); the kernel places the child in the cgroup.
+        Parent::Ours { cgroup: Some(fd) } => unsafe {
+            // With CLONE_PARENT the exit signal must be 0: the child takes
+            // ours (SIGCHLD), as a sibling would.
+            let args = CloneArgs {
+                flags: libc::CLONE_PARENT as u64 | CLONE_INTO_CGROUP,
+                exit_signal: 0,
+                cgroup: fd as u64,
+                ..CloneArgs::default()
+            };
+            libc::syscall(
+                libc::SYS_clone3,
+                &args as *const CloneArgs,
+                std::mem::size_of::<CloneArgs>(),
+            ) as libc::pid_t
+        },
     };
     if pid == 0 {
         // SAFETY: we are the freshly forked child; `child` points to memory
