@@ -190,27 +190,38 @@ impl Sampling {
     }
 }
 
+/// Instances read one by one (without the memory controller, the RSS of
+/// each process of a cgroup) while they are at most this many; more are
+/// read as [`all`] reads them, with one pass over /proc.
+const FEW_UNSAMPLED: usize = 64;
+
 /// The CPU time and memory of `instances` (their leader's pid, and their
-/// cgroup if they have one): for those a sample does not have yet. The
-/// memory of one with a cgroup is counted as for `max_memory` ([`memory`]);
-/// /proc is read whole only when one has no cgroup.
+/// cgroup if they have one): for those a sample does not have yet. A few
+/// with cgroups are read one by one, as for `max_memory` ([`memory`]);
+/// /proc is read whole when one has no cgroup, or when there are many.
 pub fn of(instances: &[(i32, Option<PathBuf>)]) -> HashMap<i32, GroupUsage> {
     let controller = memory_controller(instances.iter().filter_map(|(_, c)| c.as_deref()));
     let ticks = procfs::ticks_per_second();
-    let mut groups: Option<HashMap<i32, GroupUsage>> = None;
+    let pass = (instances.iter().any(|(_, c)| c.is_none())
+        || (!controller && instances.len() > FEW_UNSAMPLED))
+        .then(procfs::group_usage);
     instances
         .iter()
         .map(|(pid, cgroup)| {
+            let group = pass
+                .as_ref()
+                .and_then(|groups| groups.get(pid))
+                .copied()
+                .unwrap_or_default();
             let usage = match cgroup {
                 Some(cgroup) => GroupUsage {
                     cpu_ticks: cgroup::cpu_usec(cgroup) * ticks / 1_000_000,
-                    rss_bytes: cgroup_memory(cgroup, controller),
+                    rss_bytes: match (controller, &pass) {
+                        (false, Some(_)) => group.rss_bytes,
+                        _ => cgroup_memory(cgroup, controller),
+                    },
                 },
-                None => groups
-                    .get_or_insert_with(procfs::group_usage)
-                    .get(pid)
-                    .copied()
-                    .unwrap_or_default(),
+                None => group,
             };
             (*pid, usage)
         })
