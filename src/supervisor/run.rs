@@ -196,7 +196,7 @@ impl Loop {
         let inbox = &mut self.inbox;
         let upgrade = &mut self.upgrade;
         let clock_set = &mut self.clock_set;
-        let sample_at = tokio::time::Instant::from_std(self.usage.due_at());
+        let sample_at = self.usage.due_at().map(tokio::time::Instant::from_std);
         tokio::select! {
             _ = signals.children.recv() => Wake::Fact(News::ChildExited),
             _ = signals.interrupts.recv() => Wake::Order(Order::Stop(News::Interrupt)),
@@ -222,7 +222,12 @@ impl Loop {
             Some(()) = inbox.group_changes.recv() => Wake::Fact(News::GroupsChanged),
             () = clock_set.changed() => Wake::Order(Order::Timer),
             _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => Wake::Order(Order::Timer),
-            _ = tokio::time::sleep_until(sample_at) => Wake::Order(Order::SampleUsage),
+            () = async {
+                match sample_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            } => Wake::Order(Order::SampleUsage),
         }
     }
 

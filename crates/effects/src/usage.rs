@@ -2,9 +2,9 @@
 //! for `status` and for `max_memory`.
 //!
 //! `status` is answered from a [`Sampling`]: every instance measured in the
-//! background at a bounded rate, so that a status of thousands costs the
-//! read of the few started since the last sample, not a pass over every
-//! cgroup (200 ms at 5,000 instances).
+//! background at a bounded rate while statuses are asked, so that a status
+//! of thousands costs the read of the few started since the last sample,
+//! not a pass over every cgroup (200 ms at 5,000 instances).
 //!
 //! An instance with a cgroup is measured by it: its CPU time from
 //! `cpu.stat`, its memory from `memory.current` where the memory controller
@@ -88,8 +88,11 @@ pub(crate) fn memory(instances: &[(i32, Option<PathBuf>)]) -> Vec<(i32, u64)> {
 }
 
 /// The figures of every instance are sampled at least this often while any
-/// instance runs.
+/// instance runs and `status` was asked lately.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
+/// Sampling goes on this long after the last `status`: a supervisor nobody
+/// asks reads nothing.
+pub const SAMPLE_KEEP_FOR: Duration = Duration::from_secs(600);
 /// A `status` that finds the last sample older than this has another taken
 /// at once (after it is answered): one who watches sees figures about this
 /// old.
@@ -109,11 +112,13 @@ pub struct Sample {
 
 /// The background sampling of [`all`]: the loop says when one is due
 /// ([`Sampling::due_at`]) and hands it the instance cgroups; the pass runs
-/// on a blocking thread, one at a time.
+/// on a blocking thread, one at a time. It starts with the first `status`
+/// and stops [`SAMPLE_KEEP_FOR`] after the last.
 #[derive(Debug)]
 pub struct Sampling {
     board: Arc<Mutex<Board>>,
     next_at: Instant,
+    last_asked: Option<Instant>,
 }
 
 #[derive(Debug, Default)]
@@ -126,17 +131,21 @@ struct Board {
 }
 
 impl Sampling {
-    /// Nothing sampled yet; the first is due at `now`.
+    /// Nothing sampled, nothing due until a `status` is asked.
     pub fn new(now: Instant) -> Sampling {
         Sampling {
             board: Arc::default(),
             next_at: now,
+            last_asked: None,
         }
     }
 
-    /// When the next sample is due.
-    pub fn due_at(&self) -> Instant {
-        self.next_at
+    /// When the next sample is due: none when `status` was not asked in
+    /// the [`SAMPLE_KEEP_FOR`] before.
+    pub fn due_at(&self) -> Option<Instant> {
+        self.last_asked
+            .filter(|asked| self.next_at.saturating_duration_since(*asked) <= SAMPLE_KEEP_FOR)
+            .map(|_| self.next_at)
     }
 
     /// The last sample taken, if any.
@@ -176,6 +185,7 @@ impl Sampling {
     /// `status` was asked at `now`: a sample older than
     /// [`SAMPLE_FRESH_FOR`] (or none) makes the next one due at once.
     pub fn asked(&mut self, now: Instant) {
+        self.last_asked = Some(now);
         let stale =
             self.board().latest.as_ref().is_none_or(|sample| {
                 now.saturating_duration_since(sample.taken_at) > SAMPLE_FRESH_FOR
@@ -248,9 +258,11 @@ mod tests {
     async fn a_sample_measures_our_group_and_the_next_is_due_a_period_later() {
         let start = Instant::now();
         let mut sampling = Sampling::new(start);
-        assert_eq!(sampling.due_at(), start, "the first is due at once");
+        assert_eq!(sampling.due_at(), None, "nothing is read before a status");
+        sampling.asked(start);
+        assert_eq!(sampling.due_at(), Some(start), "the first is due at once");
         sampling.take(1, Vec::new(), start);
-        assert!(sampling.due_at() >= start + SAMPLE_EVERY);
+        assert!(sampling.due_at() >= Some(start + SAMPLE_EVERY));
         let sample = sampled(&sampling).await;
         assert!(sample.taken_at >= start);
         // This test's own process group is one of those /proc shows.
@@ -264,7 +276,11 @@ mod tests {
         let start = Instant::now();
         let mut sampling = Sampling::new(start);
         sampling.asked(start);
-        assert_eq!(sampling.due_at(), start, "nothing sampled: due at once");
+        assert_eq!(
+            sampling.due_at(),
+            Some(start),
+            "nothing sampled: due at once"
+        );
         sampling.take(1, Vec::new(), start);
         let sample = sampled(&sampling).await;
         let due = sampling.due_at();
@@ -272,17 +288,34 @@ mod tests {
         assert_eq!(sampling.due_at(), due, "fresh enough: not sooner");
         let later = sample.taken_at + SAMPLE_FRESH_FOR + Duration::from_millis(1);
         sampling.asked(later);
-        assert_eq!(sampling.due_at(), later, "stale: due at once");
+        assert_eq!(sampling.due_at(), Some(later), "stale: due at once");
+    }
+
+    #[tokio::test]
+    async fn sampling_stops_a_while_after_the_last_status() {
+        let start = Instant::now();
+        let mut sampling = Sampling::new(start);
+        sampling.asked(start);
+        let mut now = start;
+        while let Some(due) = sampling.due_at() {
+            assert!(due <= start + SAMPLE_KEEP_FOR, "{:?} after", due - start);
+            now = due;
+            sampling.take(0, Vec::new(), now);
+        }
+        assert!(now + SAMPLE_EVERY > start + SAMPLE_KEEP_FOR);
+        sampling.asked(now);
+        assert_eq!(sampling.due_at(), Some(now), "a status starts it again");
     }
 
     #[tokio::test]
     async fn with_no_instance_nothing_is_read_nor_kept() {
         let start = Instant::now();
         let mut sampling = Sampling::new(start);
+        sampling.asked(start);
         sampling.take(1, Vec::new(), start);
         sampled(&sampling).await;
         sampling.take(0, Vec::new(), start + SAMPLE_EVERY);
         assert!(sampling.latest().is_none(), "no figures of instances gone");
-        assert!(sampling.due_at() >= start + SAMPLE_EVERY * 2);
+        assert!(sampling.due_at() >= Some(start + SAMPLE_EVERY * 2));
     }
 }
