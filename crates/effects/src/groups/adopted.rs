@@ -3,15 +3,16 @@
 //! processes and forgotten instances, looked for again; the children that
 //! could not be read yet (within an `execve`: [`RunToken::Changing`]), looked
 //! at again every [`CHANGING_RECHECK`] and holding back the verdict that a
-//! token group is empty, for at most [`CHANGING_WAIT`]. With cgroups none
+//! token group is empty, for at most [`CHANGING_WAIT`] (and after it, every
+//! [`LATE_RECHECK`] until they read). With cgroups none
 //! of this runs: a cgroup tells who belongs to an instance.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use super::{
-    ADOPTED_SCAN_TTL, CHANGING_RECHECK, CHANGING_WAIT, DISCARDED_TOKENS, Groups, MAX_TREE,
-    RunToken, Tracking, procfs,
+    ADOPTED_SCAN_TTL, CHANGING_RECHECK, CHANGING_WAIT, DISCARDED_TOKENS, Groups, LATE_RECHECK,
+    MAX_TREE, RunToken, Tracking, procfs,
 };
 
 impl Groups {
@@ -41,17 +42,26 @@ impl Groups {
         self.recheck_soon();
     }
 
-    /// Ask the loop to wake in [`CHANGING_RECHECK`] if a child is not read
-    /// yet (once: the flag stays up until [`Groups::recheck`]).
+    /// Ask the loop to wake if a child is not read yet (once: the flag
+    /// stays up until [`Groups::recheck`]): in [`CHANGING_RECHECK`] while a
+    /// verdict waits on it, else in [`LATE_RECHECK`] — a child that execs on
+    /// and on past [`CHANGING_WAIT`] may carry the token of an instance
+    /// judged empty meanwhile, and is killed once it reads.
     pub(super) fn recheck_soon(&mut self) {
-        if self.undecided() && !self.recheck {
-            self.recheck = true;
-            let changed = self.changed.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(CHANGING_RECHECK).await;
-                let _ = changed.try_send(());
-            });
+        if self.changing.is_empty() || self.recheck {
+            return;
         }
+        self.recheck = true;
+        let after = if self.undecided() {
+            CHANGING_RECHECK
+        } else {
+            LATE_RECHECK
+        };
+        let changed = self.changed.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            let _ = changed.try_send(());
+        });
     }
 
     /// The loop was woken: the children not read yet at the last look are

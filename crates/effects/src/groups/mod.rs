@@ -58,6 +58,10 @@ pub(crate) const DISCARDED_TOKENS: usize = 256;
 /// How soon a discard that met an adopted child not read yet looks at it
 /// again (for at most [`CHANGING_WAIT`]).
 pub(crate) const CHANGING_RECHECK: Duration = Duration::from_millis(10);
+/// How often an adopted child still not read after [`CHANGING_WAIT`] (it
+/// execs on and on; under load most looks fall within an exec) is looked at
+/// again, for the discarded token it may carry, until it reads or dies.
+pub(crate) const LATE_RECHECK: Duration = Duration::from_millis(250);
 
 /// Where a process about to be started goes.
 #[derive(Debug)]
