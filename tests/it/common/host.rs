@@ -35,8 +35,8 @@ fn ephemeral_start() -> u16 {
 /// The lowest port [`free_ports`] hands out (above the usual services).
 const FIRST_TEST_PORT: u16 = 20_000;
 
-/// A port with `count` free ports on 127.0.0.1 from it, each bound once and
-/// let go. They are picked below the kernel's ephemeral range, so no
+/// A port with `count` free ports from it, on every address, each bound
+/// once and let go. They are picked below the kernel's ephemeral range, so no
 /// connection another test makes meanwhile, and no bind to port 0, can take
 /// one between this and the bind that needs it; randomly, so the test
 /// threads running beside this one do not pick the same.
@@ -47,17 +47,48 @@ pub fn free_ports(count: u16) -> u16 {
     for attempt in 0..1_000u64 {
         let random = RandomState::new().hash_one((std::process::id(), attempt));
         let base = FIRST_TEST_PORT + (random % span) as u16;
-        let listeners: Vec<_> = (0..count)
-            .map_while(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).ok())
-            .collect();
-        if listeners.len() == usize::from(count) {
+        // Without SO_REUSEADDR (which std's TcpListener sets), on both
+        // wildcards: no socket on any address holds it, not even an earlier
+        // test's connection in TIME_WAIT, which a plain bind of the program
+        // under test is refused for.
+        let free =
+            |port| plain_bind_takes(libc::AF_INET, port) && plain_bind_takes(libc::AF_INET6, port);
+        if (0..count).all(|i| free(base + i)) {
             return base;
         }
     }
     panic!("no {count} free ports in a row below {end}");
 }
 
-/// A port free on 127.0.0.1 (see [`free_ports`]).
+/// Whether a socket of `family` without `SO_REUSEADDR` can bind the
+/// wildcard address at `port` (closed at once).
+fn plain_bind_takes(family: libc::c_int, port: u16) -> bool {
+    // SAFETY: a socket of our own, bound to a zeroed sockaddr of its family
+    // with the port set, then closed.
+    unsafe {
+        let fd = libc::socket(family, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return false;
+        }
+        let bound = if family == libc::AF_INET6 {
+            let mut address: libc::sockaddr_in6 = std::mem::zeroed();
+            address.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            address.sin6_port = port.to_be();
+            let size = std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t;
+            libc::bind(fd, (&raw const address).cast(), size)
+        } else {
+            let mut address: libc::sockaddr_in = std::mem::zeroed();
+            address.sin_family = libc::AF_INET as libc::sa_family_t;
+            address.sin_port = port.to_be();
+            let size = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            libc::bind(fd, (&raw const address).cast(), size)
+        };
+        libc::close(fd);
+        bound == 0
+    }
+}
+
+/// A port free on every address (see [`free_ports`]).
 pub fn free_port() -> u16 {
     free_ports(1)
 }

@@ -317,49 +317,6 @@ fn printed_report(line: &str) -> serde_json::Value {
     serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"))
 }
 
-/// A port the program alone can bind as it does, without `SO_REUSEADDR`,
-/// on any address. [`free_port`] looks with `SO_REUSEADDR` (as
-/// `TcpListener::bind` sets it), which a port whose connections of an
-/// earlier test are in TIME_WAIT passes and a plain `bind` refuses with
-/// EADDRINUSE: the kernel's answers would not be those of a free port.
-fn port_a_plain_bind_takes() -> u16 {
-    for _ in 0..100 {
-        let port = free_port();
-        if plain_bind_takes(libc::AF_INET, port) && plain_bind_takes(libc::AF_INET6, port) {
-            return port;
-        }
-    }
-    panic!("no port a plain bind takes in 100 tries");
-}
-
-/// Whether a socket of `family` without `SO_REUSEADDR` can bind the
-/// wildcard address at `port` (closed at once).
-fn plain_bind_takes(family: libc::c_int, port: u16) -> bool {
-    // SAFETY: a socket of our own, bound to a zeroed sockaddr of its family
-    // with the port set, then closed.
-    unsafe {
-        let fd = libc::socket(family, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-        if fd < 0 {
-            return false;
-        }
-        let bound = if family == libc::AF_INET6 {
-            let mut address: libc::sockaddr_in6 = std::mem::zeroed();
-            address.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-            address.sin6_port = port.to_be();
-            let size = std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t;
-            libc::bind(fd, (&raw const address).cast(), size)
-        } else {
-            let mut address: libc::sockaddr_in = std::mem::zeroed();
-            address.sin_family = libc::AF_INET as libc::sa_family_t;
-            address.sin_port = port.to_be();
-            let size = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-            libc::bind(fd, (&raw const address).cast(), size)
-        };
-        libc::close(fd);
-        bound == 0
-    }
-}
-
 /// Run the C program `source` (built with cc and `flags`) with a port and
 /// `args`, twice: alone, without supervise or the library — the kernel's
 /// answers — and then as an app whose `listen` is `host:PORT` with
@@ -375,7 +332,7 @@ fn alone_and_injected(
     std::fs::write(built.path().join("program.c"), source).expect("write");
     compile_c(&built.path().join("program.c"), &program, flags);
     let output = Command::new(&program)
-        .arg(port_a_plain_bind_takes().to_string())
+        .arg(free_port().to_string())
         .args(args)
         .env_remove("LD_PRELOAD")
         .output()
