@@ -115,6 +115,18 @@ fn no_answer(socket: &Path) -> Failure {
     )
 }
 
+/// The failure of a supervisor that exited before it answered.
+fn went_away(socket: &Path) -> Failure {
+    fail(
+        exit::NOT_RUNNING,
+        format!(
+            "no supervisor is running for this file any more: it exited before it answered \
+             (tried {})",
+            socket.display()
+        ),
+    )
+}
+
 /// Connect to `socket`, waiting at most `timeout` for a place in its listen
 /// backlog: a blocking connect to a Unix socket whose backlog is full waits
 /// for the listener to accept, and SO_SNDTIMEO is what bounds that wait.
@@ -199,6 +211,9 @@ impl Connection {
             Err(e) if timed_out(&e) => Err(no_answer(&self.socket)),
             // Reading a socket never fails so: stdout's reader left a follow.
             Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Err(Unwritten::from(e).into()),
+            // The supervisor exited with the request unread (or still in its
+            // listen backlog): Linux resets such a Unix socket connection.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => Err(went_away(&self.socket)),
             Err(e) => Err(fail(exit::INVALID, format!("reading the reply: {e}"))),
         }
     }
@@ -235,6 +250,33 @@ mod tests {
             started.elapsed() >= limit && started.elapsed() < REPLY_TIMEOUT,
             "gave up after {:?}",
             started.elapsed()
+        );
+    }
+
+    #[test]
+    fn a_supervisor_that_exits_with_the_request_in_its_backlog_is_not_running() {
+        use socket2::{Domain, SockAddr, Socket, Type};
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("exiting.sock");
+        let listener = Socket::new(Domain::UNIX, Type::STREAM, None).expect("socket");
+        listener
+            .bind(&SockAddr::unix(&path).expect("address"))
+            .expect("bind");
+        listener.listen(8).expect("listen");
+        let Ok(mut connection) = Connection::open(&path, Command::Status) else {
+            panic!("the request queues in the backlog");
+        };
+        // Closing the listener resets the connection still in its backlog.
+        drop(listener);
+        let Err(failure) = connection.next_reply() else {
+            panic!("no answer comes");
+        };
+        assert_eq!(failure.code, exit::NOT_RUNNING, "{}", failure.message);
+        assert!(
+            failure.message.contains("exited before it answered")
+                && failure.message.contains("exiting.sock"),
+            "{}",
+            failure.message
         );
     }
 }
