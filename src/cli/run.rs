@@ -24,6 +24,17 @@ use effects::tracking::Tracking;
 use effects::undertaker::Undertaker;
 use effects::watch::{FileWatcher, content_hash};
 
+/// How many tasks the event loop's runtime runs before it polls the loop
+/// and the kernel's readiness again (tokio's default is 61). Every start
+/// makes three tasks (two output pumps and the watch of its exec status)
+/// that want their first poll, and a turn of the loop makes up to
+/// [`supervise_core::SPAWNS_PER_TURN`] = 64 starts: with the default, the
+/// tasks of a start of thousands fell ever further behind its turns (the
+/// last `ready` came seconds after the last `spawned`). At 1,024 a turn's
+/// tasks all run before the next turn; a task's poll is microseconds, so
+/// the loop still comes back within milliseconds.
+const TASKS_BETWEEN_TURNS: u32 = 1024;
+
 /// `supervise [run] -f FILE`: supervise in the foreground until SIGINT/SIGTERM.
 pub fn run(cli: &Cli) -> ExitCode {
     // First of all: an early SIGHUP (or a SIGUSR1/2) must not kill us before
@@ -222,6 +233,7 @@ fn serve(cli: &Cli, start: Start, begin: Begin, rendered: String) -> ExitCode {
         report_tracking(&start.tracking);
     }
     let runtime = match tokio::runtime::Builder::new_current_thread()
+        .event_interval(TASKS_BETWEEN_TURNS)
         .enable_all()
         .build()
     {
