@@ -190,6 +190,27 @@ fn app() -> BoxedStrategy<AppFields> {
             keep,
             format,
         });
+    let percent = prop_oneof![
+        any::<u32>().prop_map(Percent::Number),
+        text().prop_map(Percent::Text),
+        "[0-9]{1,3}%".prop_map(Percent::Text),
+    ];
+    let autoscale = (
+        any::<u32>(),
+        instances.clone(),
+        of(any::<u32>().boxed()),
+        of(percent.boxed()),
+        of(duration().boxed()),
+        of(duration().boxed()),
+    )
+        .prop_map(|(min, max, queue, cpu, up_after, down_after)| Autoscale {
+            min,
+            max,
+            queue,
+            cpu,
+            up_after,
+            down_after,
+        });
     (
         (
             of(command.boxed()),
@@ -232,6 +253,7 @@ fn app() -> BoxedStrategy<AppFields> {
             of(overlap.boxed()),
             of(any::<bool>()),
             of(log.boxed()),
+            of(autoscale.boxed()),
         )
             .boxed(),
     )
@@ -241,7 +263,16 @@ fn app() -> BoxedStrategy<AppFields> {
                 (ready, ready_timeout, restart, backoff, max_restarts, stop_signal),
                 (kill_timeout, reload, user, group),
                 (health, max_memory, watchdog, watchdog_signal),
-                (depends_on, on_dependency_restart, schedule, timezone, overlap, run_on_start, log),
+                (
+                    depends_on,
+                    on_dependency_restart,
+                    schedule,
+                    timezone,
+                    overlap,
+                    run_on_start,
+                    log,
+                    autoscale,
+                ),
             )| AppFields {
                 command,
                 shell,
@@ -271,6 +302,7 @@ fn app() -> BoxedStrategy<AppFields> {
                 overlap,
                 run_on_start,
                 log,
+                autoscale,
             },
         )
         .boxed()

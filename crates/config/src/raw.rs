@@ -157,6 +157,45 @@ pub struct AppFields {
     /// the in-memory rings `supervise logs` serves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log: Option<LogFile>,
+    /// Follow the load with the instance count, within `min`..`max`: up
+    /// when a target (`queue`, `cpu`) is exceeded for `up_after`, down by one
+    /// when below half of every target for `down_after`. Not with
+    /// `instances`, `schedule`, nor in `defaults`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscale: Option<Autoscale>,
+}
+
+/// `autoscale`: the range of the instance count and the targets it follows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Autoscale {
+    /// The fewest instances.
+    pub min: u32,
+    /// The most instances: an integer, or `max` (one per CPU).
+    pub max: Instances,
+    /// Target: connections waiting in the accept queue per ready instance
+    /// (apps with a TCP `listen`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<u32>,
+    /// Target: the average CPU of a ready instance, in percent of one CPU
+    /// (`70%`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<Percent>,
+    /// A target exceeded this long: scale up. Default 2s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub up_after: Option<DurationText>,
+    /// Below half of every target this long: scale down by one. Default 60s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub down_after: Option<DurationText>,
+}
+
+/// A percentage: `70%`, or a number (70).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+#[schemars(extend("x-expected" = "a percentage such as \"70%\""))]
+pub enum Percent {
+    Number(u32),
+    Text(String),
 }
 
 /// `user` or `group`: a name, or a numeric id — a YAML integer, or a string

@@ -12,9 +12,11 @@
 //! (instances, restarts, backoff, signals, rollout limits), [`health`]
 //! (health checks, memory limits, the watchdog), [`schedule`] (apps that run
 //! at times), [`depends`] (apps that wait for others, judged across apps once
-//! every app is resolved), [`log`] (the files output is written to),
+//! every app is resolved), [`autoscale`] (the range an app's count follows
+//! its load in), [`log`] (the files output is written to),
 //! [`metrics`] (the top-level `metrics` address).
 
+mod autoscale;
 mod depends;
 mod health;
 mod listen;
@@ -121,6 +123,7 @@ pub(crate) fn resolve(
     listen::check_listen_clashes(file, &listeners, reporter);
     let metrics = metrics::resolve(file, &listeners, reporter);
     schedule::check_defaults(file, reporter);
+    autoscale::check_defaults(file, reporter);
     depends::check(file, &resolved, broken, reporter);
     let source_in_folder = source
         .file_name()
@@ -220,7 +223,13 @@ impl AppContext<'_> {
             .pick("shell", |f| f.shell.as_ref())
             .map(|(v, _)| v)
             .unwrap_or(false);
-        let instances = self.resolve_instances(reporter);
+        let autoscale = self.resolve_autoscale(&listen, reporter);
+        // An autoscaled app starts from its `min` (the core keeps the count).
+        let instances = match &autoscale {
+            Some(range) => Some((range.min, false)),
+            None if self.fields.autoscale.is_some() => None,
+            None => self.resolve_instances(reporter),
+        };
         self.check_scheduled_instances(reporter);
         let identity = self.resolve_identity(reporter);
         if identity.is_some()
@@ -241,7 +250,12 @@ impl AppContext<'_> {
         let command =
             self.resolve_command(shell, !listen.is_empty(), cwd.as_deref(), &env, reporter);
         let ready_timeout = self.duration("ready_timeout", |f| f.ready_timeout.as_ref(), reporter);
-        let ready = self.resolve_ready(instances.map(|(n, _)| n), &listen, ready_timeout, reporter);
+        // Probes have a target for every slot the app may have.
+        let slots = match &autoscale {
+            Some(range) => Some(range.max),
+            None => instances.map(|(n, _)| n),
+        };
+        let ready = self.resolve_ready(slots, &listen, ready_timeout, reporter);
         let backoff = self.resolve_backoff(reporter);
         let max_restarts = self.resolve_max_restarts(reporter);
         let stop_signal = self.resolve_signal(
@@ -252,13 +266,7 @@ impl AppContext<'_> {
         );
         let kill_timeout = self.duration("kill_timeout", |f| f.kill_timeout.as_ref(), reporter);
         let reload = self.resolve_reload(reporter);
-        let health = self.resolve_health(
-            instances.map(|(n, _)| n),
-            &listen,
-            &env,
-            cwd.as_deref(),
-            reporter,
-        );
+        let health = self.resolve_health(slots, &listen, &env, cwd.as_deref(), reporter);
         let max_memory = self.resolve_max_memory(reporter);
         let watchdog_signal = self.resolve_watchdog_signal(reporter);
         let restart = self.resolve_restart(reporter);
@@ -299,6 +307,7 @@ impl AppContext<'_> {
             depends_on: self.resolve_depends_on(),
             on_dependency_restart,
             schedule,
+            autoscale,
             log,
         })
     }

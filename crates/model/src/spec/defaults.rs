@@ -33,3 +33,10 @@ pub const LOG_MAX_SIZE: u64 = 10 * 1000 * 1000;
 pub const LOG_KEEP: u32 = 5;
 /// More rotated files than this is a typo, not a retention policy.
 pub const MAX_LOG_KEEP: u32 = 1000;
+pub const AUTOSCALE_UP_AFTER: Duration = Duration::from_secs(2);
+pub const AUTOSCALE_DOWN_AFTER: Duration = Duration::from_secs(60);
+/// How often the shell samples an autoscaled app's accept queue and CPU;
+/// `up_after` and `down_after` must span a sample at least.
+pub const AUTOSCALE_SAMPLE_EVERY: Duration = Duration::from_millis(250);
+/// The longest `up_after`/`down_after`: a day is far beyond use.
+pub const MAX_AUTOSCALE_AFTER: Duration = Duration::from_secs(24 * 3600);

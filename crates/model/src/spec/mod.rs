@@ -10,6 +10,7 @@
 //! when it changes, instances are replaced; when only the [`AppSpec`]'s policy
 //! fields change, running instances keep running (DESIGN.md §3, "fingerprint").
 
+mod autoscale;
 pub mod defaults;
 mod dependency;
 mod listen;
@@ -28,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Signal;
 
+pub use autoscale::AutoscaleSpec;
 pub use dependency::{Condition, Dependency, OnDependencyRestart};
 pub use listen::{ListenAddress, ListenSpec, SocketKey};
 pub use log::{LOG_INSTANCE_PLACEHOLDER, LogFormat, LogSpec};
@@ -85,6 +87,10 @@ pub struct AppSpec {
     pub on_dependency_restart: OnDependencyRestart,
     /// Runs at times instead of for ever (then `instances` is 1).
     pub schedule: Option<ScheduleSpec>,
+    /// The instance count follows the load within a range; `instances` is
+    /// then the count the file starts from (`min`), and the core keeps the
+    /// current one.
+    pub autoscale: Option<AutoscaleSpec>,
     /// A file the output is written to as well (the core never reads it:
     /// a change is tuned, never a replacement).
     pub log: Option<LogSpec>,
@@ -129,6 +135,7 @@ impl AppSpec {
             depends_on: Vec::new(),
             on_dependency_restart: OnDependencyRestart::Ignore,
             schedule: None,
+            autoscale: None,
             log: None,
         }
     }
