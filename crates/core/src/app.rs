@@ -44,6 +44,9 @@ pub struct App {
     pub(super) winding_down: bool,
     /// A scheduled app's runs.
     pub runs: Option<super::schedule::Runs>,
+    /// An autoscaled app's load over time (its count is `spec.instances`).
+    #[serde(default)]
+    pub autoscaler: Option<super::autoscale::Autoscaler>,
     pub(super) dirty: bool,
     #[serde(with = "model::monotonic::option")]
     pub(super) wake_at: Option<Instant>,
@@ -91,6 +94,7 @@ impl App {
             dependency_seen: BTreeMap::new(),
             winding_down: false,
             runs: None,
+            autoscaler: spec.autoscale.as_ref().map(|_| Default::default()),
             dirty: true,
             wake_at: None,
             inject_warned: None,

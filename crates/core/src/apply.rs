@@ -25,10 +25,11 @@ pub(super) struct Binding {
 impl Core {
     /// A new version of the file: bind what it adds first, then apply it
     /// (at once when it adds no socket).
-    pub(super) fn bind_then_apply(&mut self, desired: Desired, trigger: String) {
+    pub(super) fn bind_then_apply(&mut self, mut desired: Desired, trigger: String) {
         if self.phase == Phase::ShuttingDown {
             return;
         }
+        self.autoscaled_counts(&mut desired);
         if let Some(superseded) = self.binding.take() {
             self.anomaly(format!(
                 "a version of the file ({}) was still waiting for {} binds",
@@ -202,6 +203,11 @@ impl Core {
                                 let _ = worker.retime_stop(spec.kill_timeout);
                             }
                         }
+                    }
+                    match (&spec.autoscale, &app.autoscaler) {
+                        (Some(_), None) => app.autoscaler = Some(Default::default()),
+                        (None, Some(_)) => app.autoscaler = None,
+                        _ => {}
                     }
                     app.spec = spec.clone();
                     app.removed = false;

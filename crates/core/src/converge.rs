@@ -20,6 +20,7 @@ impl Core {
     /// gates of dependencies and schedules after each round: what one app
     /// did may let another start.
     pub fn converge(&mut self, now: Instant) {
+        self.sample_due_loads(now);
         for round in 1.. {
             self.update_gates(now);
             if !self.unsettled() {

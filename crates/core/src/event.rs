@@ -266,6 +266,14 @@ pub enum Event {
         by: Duration,
         rearmed: Vec<String>,
     },
+    /// The load of an autoscaled app moved its count `from` → `to`
+    /// (`why`: `queue 27/10 for 2s`).
+    Autoscaled {
+        app: String,
+        from: u32,
+        to: u32,
+        why: String,
+    },
     /// A settled app (debug).
     Reconciled {
         app: String,

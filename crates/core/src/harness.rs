@@ -47,6 +47,9 @@ pub(crate) struct Harness {
     pub actions: Vec<String>,
     /// Every liveness check ordered, in order (the harness answers none).
     pub checks: Vec<CheckOrder>,
+    /// The load each autoscaled app's samples find: the connections
+    /// waiting, and the CPU of each ready instance (none: an idle app).
+    pub load: BTreeMap<String, (u32, u32)>,
 }
 
 impl Harness {
@@ -71,6 +74,7 @@ impl Harness {
             signals_end: true,
             actions: Vec::new(),
             checks: Vec::new(),
+            load: BTreeMap::new(),
         };
         harness.settle();
         harness
@@ -90,6 +94,7 @@ impl Harness {
             signals_end: self.signals_end,
             actions: Vec::new(),
             checks: Vec::new(),
+            load: self.load.clone(),
         }
     }
 
@@ -141,6 +146,16 @@ impl Harness {
             }
             Action::Report(event) => self.events.push((now, event)),
             Action::Check(order) => self.checks.push(order),
+            Action::SampleLoad { app } => {
+                let (queue, cpu_each) = self.load.get(&app).copied().unwrap_or_default();
+                let measured = self.core.ready_leaders(&app).count() as u32;
+                let sample = super::autoscale::LoadSample {
+                    queue: Some(queue),
+                    cpu_percent: (measured > 0).then_some(cpu_each * measured),
+                    measured,
+                };
+                self.core.input(Input::LoadSampled { app, sample }, now);
+            }
             _ => {}
         }
     }

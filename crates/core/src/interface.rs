@@ -78,6 +78,12 @@ pub enum Input {
     /// that judges a worker moves by that much. Stops keep theirs: the
     /// processes had the time.
     Stalled { by: Duration },
+    /// What a sample of an autoscaled app's load measured (the answer to
+    /// [`Action::SampleLoad`]).
+    LoadSampled {
+        app: String,
+        sample: crate::autoscale::LoadSample,
+    },
     /// Time passed: deadlines may be due.
     Tick,
 }
@@ -124,6 +130,10 @@ pub enum Action {
     /// No worker stands for this slot (or, `None`, this app) any more: its
     /// kept output can go.
     ForgetOutput { app: String, slot: Option<u32> },
+    /// Measure the load of autoscaled app `app` — its accept queue, the CPU
+    /// of its ready instances ([`crate::Core::ready_leaders`]) — and answer
+    /// with [`Input::LoadSampled`] at once.
+    SampleLoad { app: String },
     /// Log what happened.
     Report(Event),
 }

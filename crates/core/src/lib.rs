@@ -19,6 +19,7 @@
 
 mod app;
 pub mod apply;
+pub mod autoscale;
 pub mod commands;
 mod converge;
 pub mod dependencies;
@@ -280,6 +281,7 @@ impl Core {
             .filter_map(|a| a.wake_at)
             .chain(runs)
             .chain(memory)
+            .chain(self.sample_wake())
             .fold(self.last_full_pass + FULL_PASS_INTERVAL, Instant::min)
     }
 
@@ -362,6 +364,7 @@ impl Core {
             Input::Shutdown { why } => self.shutdown(why),
             Input::KillAll => self.kill_all(now),
             Input::Stalled { by } => self.stalled(by),
+            Input::LoadSampled { app, sample } => self.load_sampled(&app, sample, now),
             Input::Tick => self.tick(now),
         }
     }

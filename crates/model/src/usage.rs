@@ -9,6 +9,20 @@ pub struct GroupUsage {
     pub cpu_ticks: u64,
 }
 
+/// What one sample of an autoscaled app's load measured (the effects
+/// measure, the core decides).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LoadSample {
+    /// Connections waiting in the accept queues of its sockets, summed
+    /// (`None`: no socket could be read).
+    pub queue: Option<u32>,
+    /// The CPU of its ready instances measured, summed, in percent of one
+    /// CPU (`None`: none measured yet).
+    pub cpu_percent: Option<u32>,
+    /// How many ready instances the CPU was measured over.
+    pub measured: u32,
+}
+
 /// A byte count as `status`, `top` and the log write it, in binary units
 /// (as `max_memory` and cgroups count, and as `K`, `M`, `G` are read in the
 /// file): `1023 B`, `9.6 MiB`, `200.0 MiB`. One way everywhere, so a limit

@@ -40,7 +40,8 @@ use effects::upgrade::probe::{ProbeEnd, ProbeOutput, RunningProbe};
 use effects::{BindError, CheckAnswer, Effects, Reaped, SpawnFailure, Start};
 use model::orders::{CheckOrder, SpawnOrder};
 use model::process::{Exit, StartError};
-use model::spec::{ListenAddress, Readiness, SocketKey};
+use model::spec::{AppSpec, ListenAddress, Readiness, SocketKey};
+use model::usage::LoadSample;
 
 /// How a fake process behaves.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -198,6 +199,9 @@ pub struct FakeEffects {
     pub(crate) execs: u64,
     /// The starts there are file descriptors for, each turn.
     pub(crate) start_room: usize,
+    /// The load of autoscaled apps, as the world sets it: the connections
+    /// waiting, and the CPU of each ready instance (percent of one CPU).
+    pub(crate) load: HashMap<String, (u32, u32)>,
 }
 
 /// What the simulated effects hand the next image: the listening sockets
@@ -245,6 +249,7 @@ impl FakeEffects {
             checks: BTreeMap::new(),
             measuring: None,
             start_room: usize::MAX,
+            load: HashMap::new(),
             probe: None,
             probe_refuses: false,
             execs: 0,

@@ -53,10 +53,14 @@ impl World {
             return Err(violation.clone());
         }
         let core = self.supervisor.core();
-        let fake = self.supervisor.effects();
         if core.anomalies() > 0 {
             return fail(format!("{} anomalies in the core", core.anomalies()));
         }
+        if let Some(violation) = self.autoscale_violation() {
+            return Err(violation);
+        }
+        let core = self.supervisor.core();
+        let fake = self.supervisor.effects();
         if let Some(violation) = cron_violation(core, fake.wall_clock()) {
             return fail(violation);
         }

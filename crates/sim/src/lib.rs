@@ -55,12 +55,19 @@ use supervise::supervisor::{News, Supervisor};
 use supervise_core::Phase;
 
 mod answers;
+mod autoscaling;
 pub mod dependencies;
 pub mod fake;
 mod invariants;
 mod step;
+mod upgrading;
 
 pub use step::{CommandKind, Edit, Step};
+
+/// Make `app` follow its load within `min..=max` (the simulation's targets).
+pub fn autoscale(app: &mut AppSpec, min: u32, max: u32) {
+    autoscaling::edit(std::slice::from_mut(app), 0, min, max);
+}
 
 /// What the simulated loop hands over in an upgrade besides the supervisor
 /// and the effects: no sockets of its own, no claim.
@@ -157,6 +164,8 @@ pub struct World {
     /// The slots `stop` holds, per app, as the world works them out from
     /// what it asked and what the supervisor answered.
     pub(crate) holds: HashMap<String, std::collections::BTreeSet<u32>>,
+    /// Each autoscaled app as last seen (see [`autoscaling`]).
+    pub(crate) scaling: HashMap<String, autoscaling::Scaled>,
 }
 
 /// What [`World::witness`] has read of the messages to systemd.
@@ -255,6 +264,7 @@ impl World {
             inject_warned: HashMap::new(),
             told: Told::default(),
             holds: HashMap::new(),
+            scaling: HashMap::new(),
         };
         world.witness();
         world.deliver();

@@ -12,8 +12,8 @@ use model::spec::{
     Condition, Dependency, HealthCheck, OnDependencyRestart, Overlap, Readiness, RestartPolicy,
     ScheduleSpec, Template, When,
 };
+use supervise::supervisor::News;
 use supervise::supervisor::{Load, Loaded};
-use supervise::supervisor::{News, Supervisor};
 
 /// One thing that happens to the world. Indices are taken modulo the
 /// candidates that exist when the step runs.
@@ -88,6 +88,13 @@ pub enum Step {
     FdRoom {
         starts: usize,
     },
+    /// What app `app`'s load samples find from now on: `queue` waiting,
+    /// each ready instance at `cpu` % of a CPU.
+    Load {
+        app: usize,
+        queue: u32,
+        cpu: u32,
+    },
     /// A new version of the file.
     Edit(Edit),
     /// An edit that does not check.
@@ -144,6 +151,12 @@ pub enum Edit {
     Independent {
         app: usize,
     },
+    /// An app follows its load within `min..=max` (`max` 0: no longer).
+    Autoscale {
+        app: usize,
+        min: u32,
+        max: u32,
+    },
     /// A scheduled app's schedule changes.
     Reschedule {
         app: usize,
@@ -157,79 +170,6 @@ pub enum Edit {
 const UPGRADE_EVERY_FIFTH: u64 = 5;
 
 impl World {
-    /// The supervisor upgrades itself, through the steps the real loop
-    /// takes: the new binary is probed (the fake probe reads the state as
-    /// a new image would), the state is handed over and the exec takes
-    /// place; the new image is made from the bytes handed over, as the real
-    /// one is, takes the effects' part back, and reaps what exited meanwhile.
-    fn upgrade(&mut self) -> Result<(), Violation> {
-        use supervise::supervisor::upgrading::{self, Next};
-        self.upgrades += 1;
-        let binary = std::env::current_exe()
-            .map_err(|e| Violation(format!("no binary to upgrade to: {e}")))?;
-        let shell = crate::SimShell {
-            logs: effects::output::LogHub::new(),
-            binary,
-            upgrades: u32::try_from(self.upgrades).unwrap_or(u32::MAX),
-        };
-        let mut under_way = None;
-        let shutting_down = self.supervisor.core().phase() == supervise_core::Phase::ShuttingDown;
-        upgrading::begin(&mut under_way, &mut self.supervisor, &shell, None, None);
-        match (&under_way, shutting_down) {
-            // Refused at once, as it must be: nothing changes.
-            (None, true) => return Ok(()),
-            (None, false) => {
-                return Err(Violation(
-                    "the upgrade was refused before its probe started".into(),
-                ));
-            }
-            (Some(_), true) => {
-                return Err(Violation("an upgrade was begun while shutting down".into()));
-            }
-            (Some(_), false) => {}
-        }
-        let approved = match upgrading::progress(&mut under_way, &mut self.supervisor) {
-            Next::Exec(approved) => approved,
-            Next::Wait => {
-                return Err(Violation(
-                    "the upgrade's probe answered and exited, yet it was not judged".into(),
-                ));
-            }
-            Next::Refused => {
-                return Err(Violation(
-                    "the upgrade was refused: the probe could not read the state".into(),
-                ));
-            }
-        };
-        let Some(state) = upgrading::carry_out(*approved, &mut self.supervisor, &shell) else {
-            return Err(Violation(
-                "the upgrade was abandoned before the exec".into(),
-            ));
-        };
-        let handover = supervise::upgrade::Handover::<
-            supervise::supervisor::upgrade::SupervisorState,
-            crate::fake::FakeHandover,
-            crate::SimShellState,
-        >::decode(&state)
-        .and_then(|handover| handover.check().map(|()| handover))
-        .map_err(|e| Violation(format!("the state does not survive an upgrade: {e}")))?;
-        let placeholder = Supervisor::new(
-            &self.desired,
-            "ecosystem.yaml",
-            crate::UID,
-            crate::fake::FakeEffects::new(self.now()),
-        );
-        let old = std::mem::replace(&mut self.supervisor, placeholder);
-        let mut fake = old.into_effects();
-        fake.restore(handover.system)
-            .map_err(|e| Violation(format!("the new image cannot take the effects back: {e}")))?;
-        let mut image = Supervisor::restored(handover.supervisor, fake);
-        upgrading::resume_probes(&mut image);
-        self.supervisor = image;
-        self.handle(News::ChildExited);
-        Ok(())
-    }
-
     /// A stall of the supervisor (see [`Step::Stall`]). Nobody is blamed for
     /// it: no worker whose process lived through it and kept speaking is
     /// found broken or not ready in time by the turn after it.
@@ -333,6 +273,7 @@ impl World {
                 | Step::SetClock { .. }
                 | Step::Stall { .. }
                 | Step::FdRoom { .. }
+                | Step::Load { .. }
         );
         match step {
             Step::Wait(millis) => {
@@ -439,6 +380,7 @@ impl World {
                 self.fake().start_room = starts;
                 self.handle(News::Timer);
             }
+            Step::Load { app, queue, cpu } => self.set_load(app, queue, cpu),
             Step::Edit(edit) => self.edit(edit),
             Step::InvalidEdit => self.handle(News::Config(Loaded {
                 trigger: "the file changed".into(),
@@ -582,6 +524,12 @@ impl World {
                     overlap,
                     run_on_start,
                 });
+            }
+            Edit::Autoscale { app, min, max } if !apps.is_empty() => {
+                let index = app % apps.len();
+                if !crate::autoscaling::edit(&mut apps, index, min, max) {
+                    return;
+                }
             }
             _ => return,
         }

@@ -189,6 +189,19 @@ impl Effects for FakeEffects {
         Vec::new()
     }
 
+    fn sample_load(&mut self, app: &AppSpec, leaders: &[i32]) -> LoadSample {
+        let (queue, cpu_each) = self.load.get(&app.name).copied().unwrap_or_default();
+        let measured = leaders
+            .iter()
+            .filter(|pid| self.processes.get(pid).is_some_and(|p| p.is_alive()))
+            .count() as u32;
+        LoadSample {
+            queue: Some(queue),
+            cpu_percent: (measured > 0).then(|| cpu_each.saturating_mul(measured)),
+            measured,
+        }
+    }
+
     fn measure_memory(&mut self, round: u64, pids: Vec<i32>) {
         self.history
             .push(format!("measure memory of {} instances", pids.len()));

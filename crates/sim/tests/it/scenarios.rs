@@ -294,3 +294,89 @@ fn starts_wait_for_file_descriptors_and_come_as_room_is_given() {
         assert_eq!(failed, 0, "{:#?}", world.history());
     }
 }
+
+/// An autoscaled app through a load step: up on a queue, up again on busy
+/// CPUs, a stall in the middle (no step on a gap), down one at a time once
+/// idle, never below `min`; a hold and a reload on the way, and an edit
+/// that lowers `max` below the count (the invariants check the range and
+/// that no step down follows a step up within `down_after`).
+#[test]
+fn an_autoscaled_app_follows_a_load_step_within_its_range() {
+    let mut web = app("web", 1, Readiness::Immediate);
+    sim::autoscale(&mut web, 1, 6);
+    let mut world = World::new(vec![web]);
+    let count = |world: &World| world.supervisor.core().app("web").map(|a| a.spec.instances);
+    let steps = [
+        Step::Wait(3000),
+        Step::Load {
+            app: 0,
+            queue: 40,
+            cpu: 0,
+        },
+        Step::Wait(1600),
+    ];
+    for step in steps {
+        world.step(step).expect("invariants");
+    }
+    assert_eq!(count(&world), Some(4), "40 waiting for 1, target 10");
+    for step in [
+        Step::Load {
+            app: 0,
+            queue: 0,
+            cpu: 150,
+        },
+        Step::Stall { millis: 5000 },
+        Step::Wait(1600),
+        Step::Command {
+            kind: CommandKind::Stop,
+            app: 0,
+            slot: Some(1),
+        },
+        Step::Command {
+            kind: CommandKind::Reload,
+            app: 0,
+            slot: None,
+        },
+        Step::Wait(1600),
+    ] {
+        world.step(step).expect("invariants");
+    }
+    assert_eq!(count(&world), Some(6), "CPU at 150 % each: up to max");
+    for step in [
+        Step::Load {
+            app: 0,
+            queue: 0,
+            cpu: 5,
+        },
+        Step::Wait(2500),
+    ] {
+        world.step(step).expect("invariants");
+    }
+    assert_eq!(count(&world), Some(6), "not down within down_after");
+    for step in [Step::Wait(3000), Step::Wait(3000)] {
+        world.step(step).expect("invariants");
+    }
+    let after_idle = count(&world).unwrap_or(0);
+    assert!(
+        (4..6).contains(&after_idle),
+        "one per down_after: {after_idle}"
+    );
+    world
+        .step(Step::Edit(Edit::Autoscale {
+            app: 0,
+            min: 1,
+            max: 2,
+        }))
+        .expect("invariants");
+    assert_eq!(
+        count(&world),
+        Some(2),
+        "a lower max takes the count down to it"
+    );
+    for _ in 0..10 {
+        world.step(Step::Wait(2000)).expect("invariants");
+    }
+    assert_eq!(count(&world), Some(1), "never below min");
+    world.converges().expect("converges");
+    world.shuts_down().expect("shuts down");
+}

@@ -404,6 +404,10 @@ pub(crate) fn schedule(seed: u64, dependencies: bool) -> (Vec<AppSpec>, Vec<Step
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x5354_414c_4c53_2121);
         add_stalls(&mut rng, &mut steps);
     }
+    if autoscaling_of(seed) {
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x4155_544f_5343_414c);
+        add_autoscaling(&mut rng, &mut apps, &mut steps);
+    }
     if dependencies {
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0x4445_5045_4e44_5321);
         add_dependencies(&mut rng, &mut apps, &mut steps);
@@ -411,6 +415,47 @@ pub(crate) fn schedule(seed: u64, dependencies: bool) -> (Vec<AppSpec>, Vec<Step
         add_clock_steps(&mut rng, &apps, &mut steps);
     }
     (apps, steps)
+}
+
+/// Whether seed `seed` has autoscaled apps: one in three.
+pub(crate) fn autoscaling_of(seed: u64) -> bool {
+    seed % 3 == 1
+}
+
+/// An app follows its load, which rises and falls through the schedule
+/// (idle, a queue, busy CPUs, both), and edits give apps a range or take
+/// it away, from `rng`: a generator of its own, so the other seeds keep
+/// their schedules.
+fn add_autoscaling(rng: &mut Xoshiro256PlusPlus, apps: &mut [AppSpec], steps: &mut Vec<Step>) {
+    if let Some(index) = (0..apps.len()).find(|i| apps[*i].schedule.is_none()) {
+        let min = rng.random_range(0..=2);
+        sim::autoscale(&mut apps[index], min, min + rng.random_range(1..=4));
+    }
+    let extra = steps.len() / 4;
+    for _ in 0..extra {
+        let app = rng.random_range(0..64usize);
+        let step = match rng.random_range(0..10) {
+            0..7 => Step::Load {
+                app,
+                queue: [0, 0, 3, 12, 40, 200][rng.random_range(0..6)],
+                cpu: [0, 5, 30, 60, 90, 150][rng.random_range(0..6)],
+            },
+            _ => {
+                let min = rng.random_range(0..=2);
+                Step::Edit(Edit::Autoscale {
+                    app,
+                    min,
+                    max: if rng.random_bool(0.2) {
+                        0
+                    } else {
+                        min + rng.random_range(1..=4)
+                    },
+                })
+            }
+        };
+        let at = rng.random_range(0..=steps.len());
+        steps.insert(at, step);
+    }
 }
 
 /// The supervisor stalls a few times (a little past the lateness the loop
