@@ -508,12 +508,14 @@ pub(crate) fn summary(
     text.push('\n');
     let width = desired.apps.iter().map(|a| a.name.len()).max().unwrap_or(0);
     for app in &desired.apps {
-        let mut line = format!(
-            "  {:width$}  {}",
-            app.name,
-            plural(app.instances as usize, "instance")
-        );
-        if app.instances_from_max {
+        let count = match &app.autoscale {
+            Some(range) => format!("{}..{} instances (autoscaled)", range.min, range.max),
+            None => plural(app.instances as usize, "instance"),
+        };
+        let mut line = format!("  {:width$}  {count}", app.name);
+        if let Some(range) = app.autoscale.as_ref().filter(|r| r.max_from_cpus) {
+            line.push_str(&format!(" (max = {} CPUs)", range.max));
+        } else if app.instances_from_max {
             line.push_str(&format!(" (max = {} CPUs)", app.instances));
         }
         for listen in &app.process.listen {

@@ -130,6 +130,17 @@ fn edit_instances(
     let Some(spec) = desired.app(app) else {
         return Err(fail(exit::INVALID, format!("{shown} has no app `{app}`")));
     };
+    if let Some(range) = &spec.autoscale {
+        return Err(fail(
+            exit::INVALID,
+            format!(
+                "{app} is autoscaled ({}..{} instances): its count follows its load, and `scale` \
+                 cannot set it; the file is unchanged\nhint: to change the range, edit \
+                 `autoscale: {{min, max}}` under `{app}` in {shown}",
+                range.min, range.max
+            ),
+        ));
+    }
     let before = spec.instances;
     let after = crate::scale::target(before, change).map_err(|e| match e {
         crate::scale::CountError::NotACount(m) => fail(exit::USAGE, m),

@@ -142,6 +142,9 @@ pub fn status(socket: &Path, all: bool, json: bool) -> Result<(), Failure> {
             ]);
         }
         notes.extend(schedule_note(app).map(|line| format!("{name}: {line}\n")));
+        if let Some(autoscale) = &app.autoscale {
+            notes.push_str(&format!("{name}  {}\n", autoscale.describe(app.instances)));
+        }
         if let Some(error) = &app.log_error {
             notes.push_str(&format!("{name}: log file {error}\n"));
         }

@@ -14,7 +14,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::{Registry, Unit};
 
-use super::snapshot::{AppSeries, InstanceSeries, Measured};
+use super::snapshot::{AppSeries, AutoscaleSeries, InstanceSeries, Measured};
 use super::tally::ExitReason;
 
 /// Every metric name starts with this.
@@ -219,6 +219,21 @@ const APP_DESIRED: Family = gauge(
     "Instances the file asks for.",
     None,
 );
+const APP_AUTOSCALE_MIN: Family = gauge(
+    "app_autoscale_min",
+    "The fewest instances an autoscaled app runs.",
+    None,
+);
+const APP_AUTOSCALE_MAX: Family = gauge(
+    "app_autoscale_max",
+    "The most instances an autoscaled app runs.",
+    None,
+);
+const APP_ACCEPT_QUEUE: Family = gauge(
+    "app_accept_queue",
+    "Connections waiting in an autoscaled app's accept queues at its last sample.",
+    None,
+);
 const APP_RUNNING: Family = gauge(
     "app_instances_running",
     "Processes of the app starting or ready.",
@@ -352,6 +367,27 @@ impl Collector for Measured {
             &mut encoder,
             &APP_ROLLOUT_HALTED,
             per_app(|a| Value::flag(a.rollout_halted)),
+        )?;
+        let autoscaled = |value: fn(&AutoscaleSeries) -> Option<u32>| {
+            apps.iter().filter_map(move |a| {
+                let series = a.autoscale.as_ref()?;
+                Some((Labels::app(&a.name), Value::Integer(value(series)?.into())))
+            })
+        };
+        labelled(
+            &mut encoder,
+            &APP_AUTOSCALE_MIN,
+            autoscaled(|s| Some(s.min)),
+        )?;
+        labelled(
+            &mut encoder,
+            &APP_AUTOSCALE_MAX,
+            autoscaled(|s| Some(s.max)),
+        )?;
+        labelled(
+            &mut encoder,
+            &APP_ACCEPT_QUEUE,
+            autoscaled(|s| s.accept_queue),
         )?;
 
         let snapshot = &self.snapshot;

@@ -36,6 +36,17 @@ pub(crate) struct AppSeries {
     pub(crate) rollout_replaced: u32,
     pub(crate) rollout_size: u32,
     pub(crate) rollout_halted: bool,
+    /// An autoscaled app's range, and the connections its last sample
+    /// found waiting in its accept queue.
+    pub(crate) autoscale: Option<AutoscaleSeries>,
+}
+
+/// The gauges of an autoscaled app.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct AutoscaleSeries {
+    pub(crate) min: u32,
+    pub(crate) max: u32,
+    pub(crate) accept_queue: Option<u32>,
 }
 
 /// One slot of an app: its state and counters.

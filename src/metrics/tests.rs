@@ -191,6 +191,7 @@ fn measured() -> Measured {
                 rollout_replaced: 1,
                 rollout_size: 2,
                 rollout_halted: false,
+                autoscale: None,
             }],
             instances: vec![web0, web1],
             cgroups: Vec::new(),

@@ -65,6 +65,7 @@ impl<E: Effects> Supervisor<E> {
                     let error = self.effects.bind(&key, &app).err().map(|e| e.to_string());
                     self.core.input(Input::Bound { app, key, error }, now);
                 }
+                Action::SampleLoad { app } => self.sample_load(app, now),
                 Action::RouteOutput => self.effects.route_output(self.core.desired()),
                 Action::Systemd(state) => self.effects.notify_systemd(state),
                 Action::ForgetOutput { app, slot } => self.effects.forget_output(&app, slot),
@@ -126,6 +127,19 @@ impl<E: Effects> Supervisor<E> {
                 self.execute(consequences, now);
             }
         }
+    }
+
+    /// Measure the load of autoscaled `app` (its accept queue, the CPU of
+    /// its ready instances) and give it to the core.
+    fn sample_load(&mut self, app: String, now: Instant) {
+        let Some(spec) = self.core.app(&app).map(|a| &a.spec) else {
+            return;
+        };
+        // A buffer kept from sample to sample: sampling allocates nothing.
+        self.leaders.clear();
+        self.leaders.extend(self.core.ready_leaders(&app));
+        let sample = self.effects.sample_load(spec, &self.leaders);
+        self.core.input(Input::LoadSampled { app, sample }, now);
     }
 
     /// Bind (or find) the sockets of `order`; why not, in words.

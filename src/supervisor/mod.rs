@@ -111,6 +111,8 @@ pub struct Supervisor<E: Effects> {
     poll_at: Option<Instant>,
     /// Restarts, exits and versions of the file, counted for `/metrics`.
     tally: crate::metrics::Tally,
+    /// The leaders of an autoscaled app's ready instances, for its sample.
+    leaders: Vec<i32>,
 }
 
 impl<E: Effects> Supervisor<E> {
@@ -126,6 +128,7 @@ impl<E: Effects> Supervisor<E> {
             config_error: None,
             applied_at: SystemTime::now(),
             poll_at: None,
+            leaders: Vec::new(),
             tally: Default::default(),
         }
     }

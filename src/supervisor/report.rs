@@ -138,7 +138,8 @@ pub(crate) fn event(event: &Event, shown: &str) {
         | Event::RunSkipped { .. }
         | Event::RunQueued { .. }
         | Event::RunEnded { .. }
-        | Event::ClockStepped { .. } => order(event),
+        | Event::ClockStepped { .. }
+        | Event::Autoscaled { .. } => order(event),
         Event::Reconciled { .. }
         | Event::Ignored(_)
         | Event::Stalled { .. }
@@ -518,6 +519,13 @@ fn order(event: &Event) {
             warn!(
                 event = "clock_stepped", direction, by_ms = by.as_millis() as u64, rearmed = ?rearmed,
                 "the wall clock was set {direction} by {}{rearmed_text}", short_duration(*by)
+            )
+        }
+        Event::Autoscaled { app, from, to, why } => {
+            let direction = if to > from { "up" } else { "down" };
+            info!(
+                event = "autoscaled", app = %app, from, to, direction, why = %why,
+                "{app}: scaled {direction} from {from} to {to} instances: {why}"
             )
         }
         _ => {}

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::Supervisor;
-use crate::metrics::snapshot::{AppSeries, InstanceSeries, Snapshot};
+use crate::metrics::snapshot::{AppSeries, AutoscaleSeries, InstanceSeries, Snapshot};
 use effects::Effects;
 use supervise_core::worker::Worker;
 
@@ -56,6 +56,15 @@ impl<E: Effects> Supervisor<E> {
                 rollout_replaced: app.replaced() as u32,
                 rollout_size: app.spec.instances,
                 rollout_halted: app.rollout_halted,
+                autoscale: app.spec.autoscale.as_ref().map(|range| AutoscaleSeries {
+                    min: range.min,
+                    max: range.max,
+                    accept_queue: app
+                        .autoscaler
+                        .as_ref()
+                        .and_then(|a| a.last)
+                        .and_then(|l| l.waiting),
+                }),
             });
         }
         Snapshot {

@@ -5,7 +5,9 @@
 
 use super::Supervisor;
 use effects::Effects;
-use model::protocol::{AppStatus, Rollout, ScheduleStatus, StatusReply, WorkerStatus};
+use model::protocol::{
+    AppStatus, AutoscaleStatus, Rollout, ScheduleStatus, StatusReply, WorkerStatus,
+};
 use supervise_core::schedule::Runs;
 use supervise_core::worker::{Outcome, State, Worker};
 
@@ -99,6 +101,17 @@ impl<E: Effects> Supervisor<E> {
                     },
                     waiting: app.gate.describe(),
                     schedule: app.runs.as_ref().map(|runs| schedule(runs, app, now, wall)),
+                    autoscale: app.spec.autoscale.as_ref().map(|range| {
+                        let last = app.autoscaler.as_ref().and_then(|a| a.last);
+                        AutoscaleStatus {
+                            min: range.min,
+                            max: range.max,
+                            queue_target: range.queue,
+                            cpu_target: range.cpu_percent,
+                            queue: last.and_then(|l| l.queue),
+                            cpu_percent: last.and_then(|l| l.cpu_percent),
+                        }
+                    }),
                     log_file: app.spec.log.as_ref().map(|log| log.file.clone()),
                     log_error: None,
                     workers,

@@ -55,6 +55,7 @@ impl<E: Effects> Supervisor<E> {
             config_error: state.config_error,
             applied_at: state.applied_at,
             poll_at: None,
+            leaders: Vec::new(),
             tally: state.tally,
         };
         supervisor.resumed();

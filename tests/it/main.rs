@@ -6,6 +6,7 @@
 //! and run one at a time.
 
 mod adversarial;
+mod autoscale;
 mod chaos;
 mod check_fixtures;
 mod cluster;

@@ -13,6 +13,7 @@ pub(crate) mod checks;
 pub mod clock;
 pub mod clock_set;
 pub mod fd_room;
+mod load;
 
 pub(crate) mod groups;
 pub(crate) mod inject;
@@ -44,8 +45,8 @@ use model::Signal;
 
 use model::orders::{CheckOrder, SpawnOrder};
 use model::process::{Exit, StartError};
-use model::spec::{Desired, ListenAddress, Readiness, SocketKey};
-pub use model::usage::GroupUsage;
+use model::spec::{AppSpec, Desired, ListenAddress, Readiness, SocketKey};
+pub use model::usage::{GroupUsage, LoadSample};
 pub use sockets::BindError;
 use upgrade::KeptOpen;
 use upgrade::probe::{ProbeEnd, RunningProbe};
@@ -143,6 +144,11 @@ pub trait Effects {
 
     /// The answers of `exec` checks whose process was reaped.
     fn take_check_answers(&mut self) -> Vec<CheckAnswer>;
+
+    /// The load of autoscaled `app`: the connections waiting in the accept
+    /// queues of its TCP listening sockets, and the CPU each of `leaders`
+    /// (its ready instances) used since the last sample of it, summed.
+    fn sample_load(&mut self, app: &AppSpec, leaders: &[i32]) -> LoadSample;
 
     /// Measure the memory of the instances led by `pids`, off the loop;
     /// the answer comes back as an event, with `round`.

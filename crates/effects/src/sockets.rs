@@ -106,6 +106,11 @@ impl SocketRegistry {
         Ok((raw, local))
     }
 
+    /// The fd of the socket of `key`, if it is bound.
+    pub(crate) fn fd_of(&self, key: &SocketKey) -> Option<RawFd> {
+        self.sockets.get(key).map(|bound| bound.fd.as_raw_fd())
+    }
+
     /// Close every socket whose key is not in `wanted` (a Unix socket's
     /// file is removed too).
     pub(crate) fn retain(&mut self, wanted: &HashSet<SocketKey>) -> Vec<SocketKey> {

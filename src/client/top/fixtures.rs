@@ -51,6 +51,7 @@ pub(crate) fn reply(apps: &[(&str, Vec<WorkerStatus>)]) -> StatusReply {
                 },
                 waiting: None,
                 schedule: None,
+                autoscale: None,
                 log_file: None,
                 log_error: None,
                 workers: workers.clone(),

@@ -53,7 +53,8 @@ use super::undertaker::Undertaker;
 use super::{CheckAnswer, Effects, Reaped, SpawnFailure, Start};
 use model::orders::CheckOrder;
 use model::process::{Exit, StartError};
-use model::spec::{ListenAddress, Readiness, SocketKey};
+use model::spec::{AppSpec, ListenAddress, Readiness, SocketKey};
+use model::usage::LoadSample;
 
 /// A process's exec status, as the watch task read it: `(pid, status)`.
 pub type ExecReport = (i32, ExecStatus);
@@ -148,6 +149,8 @@ pub struct System {
     lost: Vec<Reaped>,
     /// The fd limit, for [`Effects::start_room`].
     fd_room: crate::fd_room::FdRoom,
+    /// What the samples of autoscaled apps keep between them.
+    load: crate::load::LoadSampler,
 }
 
 impl System {
@@ -168,6 +171,7 @@ impl System {
             abandoned_probes: Vec::new(),
             lost: Vec::new(),
             fd_room: crate::fd_room::FdRoom::measure(),
+            load: Default::default(),
         }
     }
 
@@ -269,6 +273,18 @@ impl Effects for System {
         self.checks.take_answers()
     }
 
+    fn sample_load(&mut self, app: &AppSpec, leaders: &[i32]) -> LoadSample {
+        let sockets = &self.sockets;
+        let groups = &self.groups;
+        self.load.sample(
+            app,
+            leaders,
+            |key| sockets.fd_of(key),
+            |pid| groups.cgroup_of(pid).map(|c| c.as_path()),
+            Instant::now(),
+        )
+    }
+
     fn measure_memory(&mut self, round: u64, pids: Vec<i32>) {
         System::measure_memory(self, round, pids);
     }
@@ -306,6 +322,8 @@ impl Effects for System {
         self.setup.files.route(desired);
         let apps = desired.apps.iter().map(|a| (a.name.clone(), a.instances));
         self.setup.logs.name_apps(apps);
+        self.load
+            .retain_apps(|name| desired.app(name).is_some_and(|a| a.autoscale.is_some()));
     }
 
     type Handover = SystemState;

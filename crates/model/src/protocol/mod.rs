@@ -8,7 +8,9 @@ mod status;
 
 use serde::{Deserialize, Serialize};
 
-pub use status::{AppStatus, Rollout, ScheduleStatus, StatusReply, SupervisorInfo, WorkerStatus};
+pub use status::{
+    AppStatus, AutoscaleStatus, Rollout, ScheduleStatus, StatusReply, SupervisorInfo, WorkerStatus,
+};
 
 /// The protocol version this supervisor speaks.
 pub const PROTOCOL_VERSION: u32 = 1;

@@ -85,6 +85,9 @@ pub struct AppStatus {
     /// A scheduled app's runs.
     #[serde(default)]
     pub schedule: Option<ScheduleStatus>,
+    /// An autoscaled app's range and load (`instances` is its count now).
+    #[serde(default)]
+    pub autoscale: Option<AutoscaleStatus>,
     /// The file its output is written to (`{instance}` left in), if any.
     #[serde(default)]
     pub log_file: Option<String>,
@@ -92,6 +95,45 @@ pub struct AppStatus {
     #[serde(default)]
     pub log_error: Option<String>,
     pub workers: Vec<WorkerStatus>,
+}
+
+/// The range an autoscaled app's count follows its load in, its targets
+/// and the last sample.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AutoscaleStatus {
+    pub min: u32,
+    pub max: u32,
+    /// Target: connections waiting per ready instance.
+    pub queue_target: Option<u32>,
+    /// Target: the average CPU of a ready instance (percent of one CPU).
+    pub cpu_target: Option<u32>,
+    /// The last sample: connections waiting per ready instance.
+    pub queue: Option<f64>,
+    /// The last sample: the average CPU of a ready instance.
+    pub cpu_percent: Option<f64>,
+}
+
+impl AutoscaleStatus {
+    /// `3 of 1..8 (queue 27/10, cpu 45%/70%)`, for an app running `count`.
+    pub fn describe(&self, count: u32) -> String {
+        let mut load = Vec::new();
+        if let Some(target) = self.queue_target {
+            let now = self.queue.map_or("?".to_string(), |q| format!("{q:.0}"));
+            load.push(format!("queue {now}/{target}"));
+        }
+        if let Some(target) = self.cpu_target {
+            let now = self
+                .cpu_percent
+                .map_or("?".to_string(), |c| format!("{c:.0}%"));
+            load.push(format!("cpu {now}/{target}%"));
+        }
+        format!(
+            "{count} of {}..{} ({})",
+            self.min,
+            self.max,
+            load.join(", ")
+        )
+    }
 }
 
 /// The runs of a scheduled app.
