@@ -2,7 +2,8 @@
 """A CPU-heavy HTTP server that serves one request at a time: the kind of
 server `autoscale` is for.
 
-Each request costs WORK_MS (default 20) of CPU; the server takes the next
+Each request costs WORK_MS (default 20) of CPU, then SLEEP_MS (default 0)
+of waiting, as for a database; the server takes the next
 connection only when it has answered the last, so under load connections
 wait in the listening socket's accept queue, which supervise reads. It
 serves on the socket supervise passes as fd 3 (LISTEN_FDS, LISTEN_PID), or
@@ -12,11 +13,20 @@ started alone. It answers
 default), which is all a server with no request in flight needs.
 """
 import os
+import signal
 import socket
 import time
 
 WORK_SECONDS = int(os.environ.get("WORK_MS", "20")) / 1000.0
+SLEEP_SECONDS = int(os.environ.get("SLEEP_MS", "0")) / 1000.0
 REQUEST_LIMIT = 64 * 1024
+ACCEPT_TIMEOUT_SECONDS = 0.2
+stopping = False
+
+
+def stop(_signal, _frame):
+    global stopping
+    stopping = True
 
 
 def listener():
@@ -46,6 +56,8 @@ def serve(connection):
             return
         request += chunk
     burn(WORK_SECONDS)
+    if SLEEP_SECONDS:
+        time.sleep(SLEEP_SECONDS)
     body = f"pid {os.getpid()}\n".encode()
     connection.sendall(
         b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
@@ -55,10 +67,15 @@ def serve(connection):
 
 
 def main():
+    signal.signal(signal.SIGTERM, stop)
     server = listener()
-    server.setblocking(True)
-    while True:
-        connection, _ = server.accept()
+    server.settimeout(ACCEPT_TIMEOUT_SECONDS)
+    while not stopping:
+        try:
+            connection, _ = server.accept()
+        except (socket.timeout, InterruptedError):
+            continue
+        connection.settimeout(None)
         with connection:
             try:
                 serve(connection)

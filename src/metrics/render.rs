@@ -216,7 +216,7 @@ const INSTANCE_UPTIME: Family = gauge(
 );
 const APP_DESIRED: Family = gauge(
     "app_instances_desired",
-    "Instances the file asks for.",
+    "Instances the file asks for (an autoscaled app's count now).",
     None,
 );
 const APP_AUTOSCALE_MIN: Family = gauge(

@@ -125,6 +125,9 @@ fn follows_the_load(targets: &str, why: &str) {
         s.dump()
     );
     s.wait_count("ready", "web", 2);
+    // The instance the load started is one `logs` knows.
+    let logs = run_client(&s, &["logs", "web.1", "--lines", "1"]);
+    assert!(logs.status.success(), "{logs:?}");
     let ended = load.stop();
     s.wait_for("the step down", |e| scaled(e, 1));
     let took = ended.elapsed();

@@ -138,7 +138,10 @@ impl Autoscaler {
             let rested = self
                 .last_up
                 .is_none_or(|up| now.saturating_duration_since(up) >= range.up_after);
-            let asked = desired(current, ratio);
+            // The ratio is per ready instance, so the count it asks for is
+            // of ready ones: instances still starting will take their share
+            // once ready (a slow start must not double the count each step).
+            let asked = desired(ready, ratio);
             let to = range.clamp(asked);
             if lasted >= range.up_after && rested && to > current {
                 self.over_since = None;
@@ -148,7 +151,7 @@ impl Autoscaler {
                     why: format!(
                         "{} for {}",
                         describe(metric, range, self.last),
-                        humantime::format_duration(lasted)
+                        seconds(lasted)
                     ),
                 });
             }
@@ -177,7 +180,7 @@ impl Autoscaler {
                         .map(|m| describe(m, range, self.last))
                         .collect::<Vec<_>>()
                         .join(", "),
-                    humantime::format_duration(lasted)
+                    seconds(lasted)
                 ),
             });
         }
@@ -210,9 +213,14 @@ fn ratios(
     queue.into_iter().chain(cpu)
 }
 
+/// `2.0s`, `61.3s`: how long a condition lasted, for the event's `why`.
+fn seconds(lasted: Duration) -> String {
+    format!("{:.1}s", lasted.as_secs_f64())
+}
+
 /// Kubernetes' `ceil(current × metric / target)`, from at least one.
-fn desired(current: u32, ratio: f64) -> u32 {
-    let wanted = (f64::from(current.max(1)) * ratio).ceil();
+fn desired(ready: u32, ratio: f64) -> u32 {
+    let wanted = (f64::from(ready.max(1)) * ratio).ceil();
     if wanted >= f64::from(u32::MAX) {
         u32::MAX
     } else {
@@ -263,6 +271,9 @@ impl Core {
     /// Ask for the samples that are due: an autoscaled app is sampled every
     /// [`AUTOSCALE_SAMPLE_EVERY`], one sample in flight at a time.
     pub(super) fn sample_due_loads(&mut self, now: Instant) {
+        if self.phase != super::Phase::Running {
+            return;
+        }
         let mut due = Vec::new();
         for (name, app) in &mut self.apps {
             let Some(scaler) = app.autoscaler.as_mut() else {
@@ -285,6 +296,9 @@ impl Core {
 
     /// When the next sample of an autoscaled app is due.
     pub(super) fn sample_wake(&self) -> Option<Instant> {
+        if self.phase != super::Phase::Running {
+            return None;
+        }
         self.apps
             .values()
             .filter(|app| !app.removed)
@@ -328,10 +342,16 @@ impl Core {
             return;
         };
         app.spec.instances = scaling.to;
+        // A slot the count no longer wants holds nothing (as after an
+        // edit): were it held on, a later step up would count it and leave
+        // it stopped, one short, with no `start` to reach it.
+        app.held.retain(|slot| *slot < scaling.to);
         app.dirty = true;
         if let Some(applied) = self.desired.apps.iter_mut().find(|a| a.name == name) {
             applied.instances = scaling.to;
         }
+        // `logs APP.N` and the log files know the instances by the count.
+        self.emit(Action::RouteOutput);
         self.report(Event::Autoscaled {
             app: name.to_string(),
             from: current,

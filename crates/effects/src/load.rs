@@ -5,14 +5,17 @@
 //! The queue is the kernel's own count: `getsockopt(TCP_INFO)` on a
 //! listening socket gives the current accept queue in `tcpi_unacked` (and
 //! the backlog in `tcpi_sacked`), one syscall per socket. The CPU of an
-//! instance is its cgroup's `usage_usec` (every process of it), else the
-//! leader's utime + stime from /proc; its share of one CPU is the CPU time
-//! between two samples over the time between them.
+//! instance is its cgroup's `usage_usec` (every process of it), else that
+//! of its process tree from /proc (the leader and its descendants, found
+//! through `/proc/PID/task/TID/children`, at most [`MAX_TREE`] of them; a
+//! pre-forking server's CPU is in its children); its share of one CPU is
+//! the CPU time between two samples over the time between them.
 //!
 //! A sample is taken on the loop thread four times a second per autoscaled
-//! app; it allocates nothing once warm: one path buffer and one read buffer
-//! are reused, and a reading is kept per instance (added when an instance is
-//! first seen, dropped when it is no longer ready).
+//! app. With cgroups it allocates nothing once warm: one path buffer and one
+//! read buffer are reused, and a reading is kept per instance (added when an
+//! instance is first seen, dropped when it is no longer ready); the walk of a
+//! process tree without them reads a few small files per process.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -23,6 +26,10 @@ use std::time::Instant;
 
 use model::spec::{AppSpec, ListenAddress, SocketKey};
 use model::usage::LoadSample;
+
+/// The most processes of one instance's tree whose CPU is summed without a
+/// cgroup: a fork bomb must not make a sample read for ever.
+pub(crate) const MAX_TREE: usize = 256;
 
 /// An instance's CPU time when it was last sampled.
 #[derive(Debug, Clone, Copy)]
@@ -63,7 +70,7 @@ impl LoadSampler {
         for &pid in leaders {
             let cpu = match cgroup(pid) {
                 Some(cgroup) => cgroup_cpu_usec(cgroup, &mut self.path, &mut self.buffer),
-                None => leader_cpu_usec(pid, &mut self.path, &mut self.buffer),
+                None => tree_cpu_usec(pid, &mut self.path, &mut self.buffer),
             };
             let Some(cpu_usec) = cpu else {
                 continue;
@@ -152,11 +159,34 @@ fn cgroup_cpu_usec(cgroup: &Path, path: &mut String, buffer: &mut Vec<u8>) -> Op
     })
 }
 
-/// utime + stime of process `pid`, in µs.
-fn leader_cpu_usec(pid: i32, path: &mut String, buffer: &mut Vec<u8>) -> Option<u64> {
+/// The CPU time of process `leader` and its descendants (at most
+/// [`MAX_TREE`] processes), in µs; `None` when the leader cannot be read.
+/// The leader's counts include its children that ended and were waited
+/// for; one that ended since the last sample takes its CPU with it (that
+/// interval reads low, never negative).
+fn tree_cpu_usec(leader: i32, path: &mut String, buffer: &mut Vec<u8>) -> Option<u64> {
+    let ticks_per_second = crate::procfs::ticks_per_second().max(1);
+    let mut ticks = process_ticks(leader, true, path, buffer)?;
+    let mut pending = crate::procfs::children(leader);
+    let mut seen = 1;
+    while let Some(pid) = pending.pop() {
+        if seen >= MAX_TREE {
+            break;
+        }
+        seen += 1;
+        if let Some(own) = process_ticks(pid, false, path, buffer) {
+            ticks += own;
+            pending.extend(crate::procfs::children(pid));
+        }
+    }
+    Some(ticks.saturating_mul(1_000_000) / ticks_per_second)
+}
+
+/// utime + stime of process `pid` (with `waited`, also cutime + cstime:
+/// its children that ended), in clock ticks.
+fn process_ticks(pid: i32, waited: bool, path: &mut String, buffer: &mut Vec<u8>) -> Option<u64> {
     path.clear();
     let _ = write!(path, "/proc/{pid}/stat");
-    let ticks_per_second = crate::procfs::ticks_per_second().max(1);
     let text = read(path, buffer)?;
     // The command (field 2) may hold spaces and parentheses: fields are
     // counted after its last `)`.
@@ -164,7 +194,12 @@ fn leader_cpu_usec(pid: i32, path: &mut String, buffer: &mut Vec<u8>) -> Option<
     let mut fields = fields.split_ascii_whitespace();
     let utime: u64 = fields.nth(11)?.parse().ok()?;
     let stime: u64 = fields.next()?.parse().ok()?;
-    Some((utime + stime).saturating_mul(1_000_000) / ticks_per_second)
+    let (cutime, cstime): (u64, u64) = if waited {
+        (fields.next()?.parse().ok()?, fields.next()?.parse().ok()?)
+    } else {
+        (0, 0)
+    };
+    Some(utime + stime + cutime + cstime)
 }
 
 /// The text of the file at `path`, read into `buffer`.
@@ -229,6 +264,59 @@ mod tests {
         drop(waiting);
         let unread = sampler.sample(&app, &[], |_| None, |_| None, now);
         assert_eq!(unread.queue, None, "no socket read: no queue");
+    }
+
+    /// Whether `condition` holds within 10 s (looked at every 10 ms).
+    fn eventually(mut condition: impl FnMut() -> bool) -> bool {
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if condition() {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        condition()
+    }
+
+    /// A pre-forking server's CPU is in its children: without a cgroup the
+    /// tree of the leader is summed, not the leader alone.
+    #[test]
+    fn the_cpu_of_a_leader_includes_its_busy_children() {
+        let mut parent = std::process::Command::new("sh")
+            .args(["-c", "yes > /dev/null & wait"])
+            .spawn()
+            .expect("sh runs");
+        let leader = parent.id() as i32;
+        let (mut path, mut buffer) = (String::new(), Vec::new());
+        let child = || crate::procfs::children(leader).first().copied();
+        assert!(eventually(|| child().is_some()), "the busy child started");
+        let busy = child().unwrap_or(0);
+        let own = |path: &mut String, buffer: &mut Vec<u8>| {
+            process_ticks(busy, false, path, buffer).unwrap_or(0)
+        };
+        let tree_before = tree_cpu_usec(leader, &mut path, &mut buffer).unwrap_or(0);
+        let child_before = own(&mut path, &mut buffer);
+        // The event meant: the child has used a fifth of a second more.
+        let ticks_per_second = crate::procfs::ticks_per_second().max(1);
+        assert!(
+            eventually(|| {
+                own(&mut String::new(), &mut Vec::new()) >= child_before + ticks_per_second / 5
+            }),
+            "the child spins"
+        );
+        let child_used =
+            (own(&mut path, &mut buffer) - child_before) * 1_000_000 / ticks_per_second;
+        let tree_used = tree_cpu_usec(leader, &mut path, &mut buffer).unwrap_or(0) - tree_before;
+        // SAFETY: kill(2) of the child this test started, by its pid.
+        unsafe { libc::kill(busy, libc::SIGKILL) };
+        let _ = parent.kill();
+        let _ = parent.wait();
+        // Read a moment apart: a tick either way.
+        let tick = 1_000_000 / ticks_per_second;
+        assert!(
+            tree_used + 2 * tick >= child_used,
+            "the tree used {tree_used} µs, its child {child_used} µs"
+        );
     }
 
     #[test]

@@ -30,6 +30,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+mod autoscaler;
 mod cron;
 mod loopback;
 mod names;
@@ -193,6 +194,7 @@ impl AppExport<'_> {
             }
         } else {
             self.deployment(pod, notes, objects);
+            self.autoscaler(notes, objects);
             self.services(objects);
         }
     }

@@ -5,7 +5,9 @@
 //! - an autoscaled app's count is always within its range;
 //! - it never steps down within `down_after` of a step up (no flapping);
 //! - it only steps up on a load over a target, and only steps down on a
-//!   load below half of every target (the world knows what it set).
+//!   load below half of every target (the world knows what it set);
+//! - a slot a step down leaves behind holds nothing (the world drops its
+//!   own holds there, and a later step up may start it).
 
 use std::time::Instant;
 
@@ -82,6 +84,7 @@ impl World {
     pub(crate) fn autoscale_violation(&mut self) -> Option<Violation> {
         let now = self.now();
         let mut seen = std::collections::HashMap::new();
+        let mut lowered = Vec::new();
         for app in self.supervisor.core().apps().filter(|a| !a.removed) {
             let Some(range) = app.spec.autoscale.clone() else {
                 continue;
@@ -120,6 +123,7 @@ impl World {
                 }
                 scaled.up_at = Some(now);
             } else if count < scaled.count {
+                lowered.push((name.clone(), count));
                 if let Some(up) = scaled.up_at
                     && now.saturating_duration_since(up) < range.down_after
                 {
@@ -146,6 +150,12 @@ impl World {
             seen.insert(name, scaled);
         }
         self.scaling = seen;
+        // A slot the count no longer wants holds nothing, as after an edit.
+        for (name, count) in lowered {
+            if let Some(held) = self.holds.get_mut(&name) {
+                held.retain(|slot| *slot < count);
+            }
+        }
         None
     }
 }

@@ -58,7 +58,7 @@ impl AppContext<'_> {
                 .error(&at("max"), "autoscale.max must be at least 1")
                 .help("to run no instance, write `instances: 0` instead of `autoscale`");
         }
-        if autoscale.min > max {
+        if autoscale.min > max && max > 0 {
             reporter
                 .error(
                     &at("min"),
@@ -69,6 +69,14 @@ impl AppContext<'_> {
                     ),
                 )
                 .help("make `min` at most `max`");
+        }
+        if autoscale.min == 0 && autoscale.queue.is_none() && autoscale.cpu.is_some() {
+            reporter
+                .error(
+                    &at("min"),
+                    "`autoscale.min: 0` needs a `queue` target: with no instance running there is no CPU to measure, and nothing would start one",
+                )
+                .help("write `min: 1`, or add `queue: N` (one connection waiting starts an instance)");
         }
         if autoscale.queue.is_none() && autoscale.cpu.is_none() {
             reporter

@@ -399,3 +399,48 @@ fn the_count_and_the_timers_go_across_an_upgrade() {
     upgraded.advance(TICK, TICK);
     assert_eq!(upgraded.pids("web").len(), 3, "{:?}", upgraded.events);
 }
+
+#[test]
+fn a_hold_beyond_a_step_down_is_dropped_and_a_step_up_starts_the_slot() {
+    let mut harness = Harness::new(vec![autoscaled(1, 4)]);
+    harness.load.insert("web".into(), (60, 0));
+    harness.advance(2 * SECOND + TICK, TICK);
+    assert_eq!(harness.pids("web").len(), 4);
+    let now = harness.now;
+    let hold = crate::commands::Order::Hold {
+        target: "web.3".into(),
+    };
+    assert!(harness.core.command(hold, now).is_ok(), "web.3 is held");
+    harness.settle();
+    assert_eq!(harness.pids("web").len(), 3);
+    // Idle: down one per down_after (10 s), to 2.
+    harness.load.insert("web".into(), (0, 0));
+    harness.advance(21 * SECOND, TICK);
+    assert_eq!(harness.core.app("web").map(|a| a.spec.instances), Some(2));
+    assert!(
+        harness.core.app("web").is_some_and(|a| a.held.is_empty()),
+        "no hold beyond the count"
+    );
+    // Busy again: back to 4, every slot serving.
+    harness.load.insert("web".into(), (60, 0));
+    harness.advance(2 * SECOND + TICK, TICK);
+    assert_eq!(harness.pids("web").len(), 4, "{:?}", harness.events);
+}
+
+#[test]
+fn instances_still_starting_do_not_multiply_the_step_up() {
+    let mut app = autoscaled(1, 8);
+    // Ready a minute after the start: the new instances stay starting.
+    app.ready = Readiness::Delay(60 * SECOND);
+    app.ready_timeout = 300 * SECOND;
+    let mut harness = Harness::new(vec![app]);
+    harness.advance(61 * SECOND, SECOND);
+    assert_eq!(harness.core.ready_leaders("web").count(), 1);
+    harness.load.insert("web".into(), (30, 0));
+    // 30 waiting for the one ready instance, target 10: 3.
+    harness.advance(2 * SECOND + TICK, TICK);
+    assert_eq!(harness.pids("web").len(), 3);
+    // Still 30 waiting, still one ready: 3 asked again, nothing more.
+    harness.advance(5 * SECOND, TICK);
+    assert_eq!(harness.pids("web").len(), 3, "{:?}", harness.events);
+}

@@ -147,6 +147,11 @@ impl AppUnits<'_> {
     fn lost(&self, notes: &mut Notes) {
         self.warn(
             notes,
+            &["autoscale"],
+            "`autoscale` is not exported: systemd runs a fixed count of units, and the target wants `min` of them",
+        );
+        self.warn(
+            notes,
             &["health"],
             "`health` is not exported: systemd runs no liveness checks (WatchdogSec= is its way)",
         );

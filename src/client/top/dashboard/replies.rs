@@ -142,6 +142,13 @@ pub(super) fn header(status: &StatusReply) -> String {
                 app.name, app.rollout.replaced, app.rollout.total
             ));
         }
+        if let Some(autoscale) = &app.autoscale {
+            text.push_str(&format!(
+                "; {} {}",
+                app.name,
+                autoscale.describe(app.instances)
+            ));
+        }
     }
     if status.config_error.is_some() {
         text.push_str("; the last edit is invalid (supervise status shows why)");

@@ -246,6 +246,24 @@ fn the_header_names_the_file_and_rollouts() {
     );
 }
 
+#[test]
+fn the_header_shows_an_autoscaled_app_count_range_and_load() {
+    let mut status = reply(&[("web", vec![worker(0, Some(1), None)])]);
+    status.apps[0].instances = 3;
+    status.apps[0].autoscale = Some(model::protocol::AutoscaleStatus {
+        min: 1,
+        max: 8,
+        queue_target: Some(10),
+        cpu_target: None,
+        queue: Some(27.4),
+        cpu_percent: None,
+    });
+    assert_eq!(
+        header(&status),
+        "/srv/ecosystem.yaml (version 1); web 3 of 1..8 (queue 27/10)"
+    );
+}
+
 proptest::proptest! {
     /// Keys mashed at random, among status replies that come and go:
     /// no panic, and the selection is always one of the rows shown.

@@ -335,6 +335,48 @@ pub(super) const CASES: &[Case] = &[
         Maps("PartOf=db@0.service\nAfter=db@0.service\n"),
     ),
     case(
+        "autoscale",
+        "apps:\n  web:\n    command: sleep 77\n    autoscale:\n      min: 2\n      max: 5\n      cpu: 70%\n",
+        Maps("kind: HorizontalPodAutoscaler"),
+        Warns("`autoscale` is not exported"),
+    ),
+    case(
+        "autoscale.min",
+        "apps:\n  web:\n    command: sleep 77\n    autoscale:\n      min: 2\n      max: 5\n      cpu: 70%\n",
+        Maps("minReplicas: 2"),
+        Warns("`autoscale` is not exported"),
+    ),
+    case(
+        "autoscale.max",
+        "apps:\n  web:\n    command: sleep 77\n    autoscale:\n      min: 2\n      max: 5\n      cpu: 70%\n",
+        Maps("maxReplicas: 5"),
+        Warns("`autoscale` is not exported"),
+    ),
+    case(
+        "autoscale.queue",
+        "apps:\n  web:\n    command: sleep 77\n    listen: 127.0.0.1:7020\n    autoscale:\n      min: 1\n      max: 5\n      queue: 10\n",
+        Warns("`autoscale.queue` is not exported"),
+        Warns("`autoscale` is not exported"),
+    ),
+    case(
+        "autoscale.cpu",
+        "apps:\n  web:\n    command: sleep 77\n    autoscale:\n      min: 1\n      max: 5\n      cpu: 70%\n",
+        Maps("averageValue: 700m"),
+        Warns("`autoscale` is not exported"),
+    ),
+    case(
+        "autoscale.up_after",
+        "apps:\n  web:\n    command: sleep 77\n    autoscale:\n      min: 1\n      max: 5\n      cpu: 70%\n      up_after: 3s\n",
+        Maps("stabilizationWindowSeconds: 3"),
+        Warns("`autoscale` is not exported"),
+    ),
+    case(
+        "autoscale.down_after",
+        "apps:\n  web:\n    command: sleep 77\n    autoscale:\n      min: 1\n      max: 5\n      cpu: 70%\n      down_after: 45s\n",
+        Maps("periodSeconds: 45"),
+        Warns("`autoscale` is not exported"),
+    ),
+    case(
         "schedule",
         "apps:\n  web:\n    command: sleep 77\n    schedule: \"30 4 * * 1-5\"\n",
         Maps("schedule: 30 4 * * 1-5"),
