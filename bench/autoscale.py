@@ -47,6 +47,8 @@ IDLE_AFTER = 20.0
 CLIENT_TIMEOUT = 5.0
 CLIENT_THREADS = 128
 STATUS_EVERY = 0.25
+# The start of the load step: its latency is reported apart as well.
+RAMP = 1.0
 
 
 def free_port():
@@ -70,10 +72,13 @@ def one_request(port):
 
 
 def open_loop(port, rate, seconds):
-    """Send `rate` requests a second for `seconds`: (latencies, failed, sent)."""
+    """Send `rate` requests a second for `seconds`: ([(due, latency)] of the
+    answered, seconds from the start, failed, sent)."""
     due = queues.Queue()
     latencies, failed = [], [0]
     lock = threading.Lock()
+
+    start = time.monotonic()
 
     def client():
         while True:
@@ -90,7 +95,7 @@ def open_loop(port, rate, seconds):
                 one_request(port)
                 took = time.monotonic() - at
                 with lock:
-                    latencies.append(took)
+                    latencies.append((at - start, took))
             except OSError:
                 with lock:
                     failed[0] += 1
@@ -98,7 +103,6 @@ def open_loop(port, rate, seconds):
     threads = [threading.Thread(target=client, daemon=True) for _ in range(CLIENT_THREADS)]
     for t in threads:
         t.start()
-    start = time.monotonic()
     sent = 0
     while True:
         at = start + sent / rate
@@ -172,15 +176,22 @@ def run(binary, setup, args):
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
         time.sleep(IDLE_BEFORE)
-        latencies, failed, sent = open_loop(port, capacity * args.times, LOAD)
+        began = time.time()
+        answered, failed, sent = open_loop(port, capacity * args.times, LOAD)
         time.sleep(IDLE_AFTER)
         stop.set()
         watcher.join()
-        latencies.sort()
-        q = lambda p: latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1000 if latencies else float("nan")
-        result.update(sent=sent, failed=failed, p50=q(0.5), p99=q(0.99),
+        latencies = sorted(took for _, took in answered)
+        settled = sorted(took for due, took in answered if due >= RAMP)
+        q = lambda values, p: values[min(len(values) - 1, int(p * len(values)))] * 1000 if values else float("nan")
+        with sup.cond:
+            steps = [(harness.parse_ts(e.get("timestamp")) or began, e.get("from"), e.get("to"))
+                     for e in sup.events if e.get("event") == "autoscaled"]
+        result.update(sent=sent, failed=failed, p50=q(latencies, 0.5), p99=q(latencies, 0.99),
+                      p99_settled=q(settled, 0.99),
                       max=latencies[-1] * 1000 if latencies else float("nan"),
-                      instance_seconds=instance_seconds[0])
+                      instance_seconds=instance_seconds[0],
+                      steps=[(round(at - began, 2), f, t) for at, f, t in steps])
     return result
 
 
@@ -198,8 +209,8 @@ def main():
     args = parser.parse_args()
     if args.load_only:
         capacity = 1000.0 / (WORK_MS + SLEEP_MS)
-        latencies, failed, sent = open_loop(args.port, capacity * args.times, LOAD)
-        print(f"sent {sent}, failed {failed}, answered {len(latencies)}")
+        answered, failed, sent = open_loop(args.port, capacity * args.times, LOAD)
+        print(f"sent {sent}, failed {failed}, answered {len(answered)}")
         return
     binaries = harness.parse_binaries(parser, args.binary)
     label, binary = binaries[0]
@@ -210,14 +221,19 @@ def main():
         log(f"{setup}…")
         results.append(run(binary, setup, args))
     print()
-    print(f"| setup | sent | failed | p50 (ms) | p99 (ms) | max (ms) | instance-seconds |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"| setup | sent | failed | p50 (ms) | p99 (ms) | p99 after the first {RAMP:g} s (ms) "
+          "| max (ms) | instance-seconds |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in results:
         if "error" in r:
-            print(f"| {r['setup']} | failed: {r['error']} | | | | | |")
+            print(f"| {r['setup']} | failed: {r['error']} | | | | | | |")
             continue
         print(f"| {r['setup']} | {r['sent']} | {r['failed']} | {r['p50']:.1f} | {r['p99']:.1f} "
-              f"| {r['max']:.0f} | {r['instance_seconds']:.0f} |")
+              f"| {r['p99_settled']:.1f} | {r['max']:.0f} | {r['instance_seconds']:.0f} |")
+    for r in results:
+        if r.get("steps"):
+            steps = ", ".join(f"{f}→{t} at {at:+.2f} s" for at, f, t in r["steps"])
+            print(f"\n{r['setup']} steps (from the start of the load): {steps}")
     by = {r["setup"]: r for r in results if "error" not in r}
     if "fixed max" in by and "autoscale" in by:
         fixed, auto = by["fixed max"], by["autoscale"]
