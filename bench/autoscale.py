@@ -58,17 +58,8 @@ def free_port():
 
 
 def one_request(port):
-    with socket.create_connection(("127.0.0.1", port), timeout=CLIENT_TIMEOUT) as s:
-        s.settimeout(CLIENT_TIMEOUT)
-        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-        answer = b""
-        while True:
-            chunk = s.recv(4096)
-            if not chunk:
-                break
-            answer += chunk
-        if not answer.startswith(b"HTTP/1.1 200"):
-            raise OSError("no 200")
+    if not harness.http_ok(port, CLIENT_TIMEOUT):
+        raise OSError("no 200")
 
 
 def open_loop(port, rate, seconds):

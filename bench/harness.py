@@ -58,6 +58,22 @@ def log(message):
     print(message, file=sys.stderr, flush=True)
 
 
+def http_ok(port, timeout):
+    """One `GET /` to 127.0.0.1:`port`, read to the end: whether it was a
+    200. A refused, reset or timed-out connection raises OSError."""
+    import socket
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.settimeout(timeout)
+        s.sendall(b"GET / HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    return data.startswith(b"HTTP/1.1 200")
+
+
 class Failed(Exception):
     pass
 
