@@ -135,7 +135,7 @@ impl<E: Effects> Supervisor<E> {
         let Some(spec) = self.core.app(&app).map(|a| &a.spec) else {
             return;
         };
-        // A buffer kept from sample to sample: sampling allocates nothing.
+        // A buffer kept from sample to sample, not one made per sample.
         self.leaders.clear();
         self.leaders.extend(self.core.ready_leaders(&app));
         let sample = self.effects.sample_load(spec, &self.leaders);

@@ -174,11 +174,11 @@ pub struct Autoscale {
     /// The most instances: an integer, or `max` (one per CPU).
     pub max: Instances,
     /// Target: connections waiting in the accept queue per ready instance
-    /// (apps with a TCP `listen`).
+    /// (at least 1; apps with a TCP `listen`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<u32>,
     /// Target: the average CPU of a ready instance, in percent of one CPU
-    /// (`70%`).
+    /// (`70%`; from 1% to 100% × the CPUs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<Percent>,
     /// A target exceeded this long: scale up. Default 2s.

@@ -205,7 +205,12 @@ impl Core {
                         }
                     }
                     match (&spec.autoscale, &app.autoscaler) {
+                        // New to it, or back after a removal (which starts
+                        // from `min`): no timer of before counts.
                         (Some(_), None) => app.autoscaler = Some(Default::default()),
+                        (Some(_), Some(_)) if app.removed => {
+                            app.autoscaler = Some(Default::default());
+                        }
                         (None, Some(_)) => app.autoscaler = None,
                         _ => {}
                     }

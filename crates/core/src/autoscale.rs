@@ -14,11 +14,6 @@
 //! - every target below half for `down_after` scales down by one, and only
 //!   once `down_after` has passed since the last step up: a step down never
 //!   follows a step up within `down_after` (no flapping);
-//! - a count that had to step up (it was too few) is not stepped down to
-//!   again for [`TOO_FEW_FOR`] × `down_after`: a queue near empty does not
-//!   say how many instances the load needs, and under a steady load the
-//!   count would otherwise go down until it is too few, up, and down again
-//!   (measured: 10 → 7 → 10 every 5 s, each turn a backlog);
 //! - a gap in the samples (a stall of ours, a sample lost) longer than
 //!   [`SAMPLE_GAP`] starts both counts afresh: evidence must be continuous.
 //!
@@ -44,8 +39,6 @@ pub use model::usage::LoadSample;
 pub const TOLERANCE: f64 = 0.1;
 /// Samples further apart than this are not continuous evidence.
 pub const SAMPLE_GAP: Duration = Duration::from_secs(1);
-/// How long a count found too few is not gone back to, in `down_after`s.
-pub const TOO_FEW_FOR: u32 = 5;
 
 /// Which target asked for a change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,9 +58,6 @@ pub struct Autoscaler {
     under_since: Option<Instant>,
     #[serde(with = "model::monotonic::option")]
     last_up: Option<Instant>,
-    /// The count the last step up left, found too few, and when.
-    #[serde(default, with = "model::monotonic::option_pair")]
-    too_few: Option<(u32, Instant)>,
     #[serde(with = "model::monotonic::option")]
     last_sample_at: Option<Instant>,
     /// When the next sample is due.
@@ -156,7 +146,6 @@ impl Autoscaler {
             if lasted >= range.up_after && rested && to > current {
                 self.over_since = None;
                 self.last_up = Some(now);
-                self.too_few = Some((current, now));
                 return Some(Scaling {
                     to,
                     why: format!(
@@ -178,11 +167,7 @@ impl Autoscaler {
         let rested = self
             .last_up
             .is_none_or(|up| now.saturating_duration_since(up) >= range.down_after);
-        let floor = self
-            .too_few
-            .filter(|(_, at)| now.saturating_duration_since(*at) < range.down_after * TOO_FEW_FOR)
-            .map_or(range.min, |(count, _)| range.min.max(count + 1));
-        if lasted >= range.down_after && rested && current > floor {
+        if lasted >= range.down_after && rested && current > range.min {
             // The next step down needs another `down_after`.
             self.under_since = Some(now);
             return Some(Scaling {

@@ -267,7 +267,7 @@ pub enum Event {
         rearmed: Vec<String>,
     },
     /// The load of an autoscaled app moved its count `from` → `to`
-    /// (`why`: `queue 27/10 for 2s`).
+    /// (`why`: `queue 27/10 for 2.0s`).
     Autoscaled {
         app: String,
         from: u32,

@@ -28,7 +28,8 @@ use model::spec::{AppSpec, ListenAddress, SocketKey};
 use model::usage::LoadSample;
 
 /// The most processes of one instance's tree whose CPU is summed without a
-/// cgroup: a fork bomb must not make a sample read for ever.
+/// cgroup (and listed to be): a fork bomb must not make a sample read for
+/// ever. A larger tree reads low.
 pub(crate) const MAX_TREE: usize = 256;
 
 /// An instance's CPU time when it was last sampled.
@@ -176,7 +177,9 @@ fn tree_cpu_usec(leader: i32, path: &mut String, buffer: &mut Vec<u8>) -> Option
         seen += 1;
         if let Some(own) = process_ticks(pid, false, path, buffer) {
             ticks += own;
-            pending.extend(crate::procfs::children(pid));
+            // Never more waiting than could still be summed.
+            let room = MAX_TREE.saturating_sub(seen + pending.len());
+            pending.extend(crate::procfs::children(pid).into_iter().take(room));
         }
     }
     Some(ticks.saturating_mul(1_000_000) / ticks_per_second)

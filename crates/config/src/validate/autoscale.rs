@@ -78,6 +78,17 @@ impl AppContext<'_> {
                 )
                 .help("write `min: 1`, or add `queue: N` (one connection waiting starts an instance)");
         }
+        let shared_tcp = listen
+            .iter()
+            .any(|l| matches!(l.address, ListenAddress::Tcp(_)) && !l.reuseport);
+        if autoscale.min == 0 && autoscale.queue.is_some() && !shared_tcp {
+            reporter
+                .error(
+                    &at("min"),
+                    "`autoscale.min: 0` needs a TCP `listen` without `reuseport`: with no instance, a reuseport app has no socket for a connection to wait on",
+                )
+                .help("write `min: 1`, or listen on a shared socket (drop `reuseport`)");
+        }
         if autoscale.queue.is_none() && autoscale.cpu.is_none() {
             reporter
                 .key_error(&path, "`autoscale` needs a target: `queue`, `cpu` or both")

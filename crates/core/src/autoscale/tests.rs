@@ -446,34 +446,40 @@ fn instances_still_starting_do_not_multiply_the_step_up() {
 }
 
 #[test]
-fn a_count_found_too_few_is_not_stepped_down_to_again_for_a_while() {
-    let range = range(1, 10, Some(4), None);
-    let mut scaler = Autoscaler::default();
-    let start = Instant::now();
-    let mut at = Duration::ZERO;
-    let mut current = 10;
-    let mut changes = Vec::new();
-    // A steady load 7 instances cannot serve but 8 can: the queue is empty
-    // at 8 and more, and builds (60 waiting) at 7 and fewer.
-    while at <= 60 * SECOND {
-        let waiting = if current <= 7 { 60 } else { 0 };
-        if let Some(s) = scaler.sample(&range, current, current, queued(waiting), start + at) {
-            changes.push((at, s.to));
-            current = s.to;
-        }
-        at += TICK;
-    }
-    let ups = changes.windows(2).filter(|w| w[1].1 > w[0].1).count();
-    assert!(ups <= 1, "one step up at most, then it stays: {changes:?}");
-    assert_eq!(current, 8, "{changes:?}");
-    // Idle for good: down to min once the memory of 7 has passed (5 ×
-    // down_after after the step up), one per down_after.
-    let idle_from = at;
-    while at <= idle_from + 100 * SECOND {
-        if let Some(s) = scaler.sample(&range, current, current, queued(0), start + at) {
-            current = s.to;
-        }
-        at += TICK;
-    }
-    assert_eq!(current, 1);
+fn an_app_removed_and_added_again_starts_from_min_with_no_timer_of_before() {
+    let mut harness = Harness::new(vec![autoscaled(1, 8)]);
+    harness.load.insert("web".into(), (27, 0));
+    // Overloaded for 1.5 s of the 2 s needed, then removed and added back.
+    harness.advance(SECOND + 3 * TICK, TICK);
+    let file = |apps| Desired {
+        source: "/srv/ecosystem.yaml".into(),
+        apps,
+        memory_check: model::spec::defaults::MEMORY_CHECK,
+        metrics: None,
+    };
+    let now = harness.now;
+    harness.core.input(
+        Input::Apply {
+            desired: file(Vec::new()),
+            trigger: "edit".into(),
+        },
+        now,
+    );
+    harness.core.input(
+        Input::Apply {
+            desired: file(vec![autoscaled(1, 8)]),
+            trigger: "edit".into(),
+        },
+        now,
+    );
+    harness.settle();
+    harness.advance(2 * TICK, TICK);
+    assert_eq!(
+        harness.core.app("web").map(|a| a.spec.instances),
+        Some(1),
+        "the overload is counted afresh: {:?}",
+        harness.events
+    );
+    harness.advance(2 * SECOND, TICK);
+    assert_eq!(harness.core.app("web").map(|a| a.spec.instances), Some(3));
 }

@@ -16,6 +16,12 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use super::{AppExport, Objects, seconds_i32, yaml};
 use crate::{Notes, whole_seconds};
 
+/// The longest stabilization window an HPA takes (an hour).
+const MAX_STABILIZATION_SECONDS: i32 = 3600;
+/// The longest period of an HPA's scaling policy (half an hour); the
+/// scale-down window is the same here, well within the hour.
+const MAX_POLICY_PERIOD_SECONDS: i32 = 1800;
+
 impl AppExport<'_> {
     /// The HorizontalPodAutoscaler of an autoscaled app, if it is one.
     pub(super) fn autoscaler(&self, notes: &mut Notes, objects: &mut Objects) {
@@ -47,7 +53,7 @@ impl AppExport<'_> {
             self.warn(
                 notes,
                 &["autoscale"],
-                "the HorizontalPodAutoscaler has no metric it can follow (only `queue` is set): it keeps `minReplicas`",
+                "the HorizontalPodAutoscaler gets no metric (only `queue` is set): Kubernetes then follows 80 % of the pods' CPU requests, which these pods do not set; add `cpu` or an external metric",
             );
         }
         let min = if range.min == 0 {
@@ -66,8 +72,19 @@ impl AppExport<'_> {
             (true, Some(count)) => count,
             _ => range.max,
         };
-        let window = |after| seconds_i32(whole_seconds(after).0);
-        let down = window(range.down_after);
+        let mut window = |field: &str, after, most: i32| {
+            let seconds = seconds_i32(whole_seconds(after).0);
+            if seconds > most {
+                self.warn(
+                    notes,
+                    &["autoscale", field],
+                    format!("`autoscale.{field}` of {seconds}s becomes {most}s, the most a HorizontalPodAutoscaler takes"),
+                );
+            }
+            seconds.min(most)
+        };
+        let up = window("up_after", range.up_after, MAX_STABILIZATION_SECONDS);
+        let down = window("down_after", range.down_after, MAX_POLICY_PERIOD_SECONDS);
         let autoscaler = HorizontalPodAutoscaler {
             metadata: self.metadata(self.name.clone()),
             spec: HorizontalPodAutoscalerSpec {
@@ -81,7 +98,7 @@ impl AppExport<'_> {
                 metrics,
                 behavior: Some(HorizontalPodAutoscalerBehavior {
                     scale_up: Some(HPAScalingRules {
-                        stabilization_window_seconds: Some(window(range.up_after)),
+                        stabilization_window_seconds: Some(up),
                         ..HPAScalingRules::default()
                     }),
                     scale_down: Some(HPAScalingRules {

@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 /// `autoscale: {min, max, queue, cpu, up_after, down_after}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AutoscaleSpec {
-    /// The fewest instances (may be 0 only if `max` is too: then none run).
+    /// The fewest instances (0 only with a `queue` target on a shared TCP
+    /// socket: one connection waiting then starts one).
     pub min: u32,
     /// The most instances; `max_from_cpus` when written `max` (one per CPU).
     pub max: u32,
