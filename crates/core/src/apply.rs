@@ -102,7 +102,9 @@ impl Core {
             .collect()
     }
 
-    fn apply(&mut self, desired: Desired, unbound: &[(String, String)], trigger: String) {
+    fn apply(&mut self, mut desired: Desired, unbound: &[(String, String)], trigger: String) {
+        // Again: a sample may have moved a count while the binds were asked.
+        self.autoscaled_counts(&mut desired);
         // Before the start is told (`READY=1`, see `startup`), an edit is
         // part of the start: systemd hears neither half of a reload.
         let reload_told = self.started_reported;

@@ -294,7 +294,8 @@ impl Core {
         }
     }
 
-    /// When the next sample of an autoscaled app is due.
+    /// When the next sample of an autoscaled app is due (or, with one
+    /// asked for and not answered, when it is taken as lost and asked again).
     pub(super) fn sample_wake(&self) -> Option<Instant> {
         if self.phase != super::Phase::Running {
             return None;
@@ -303,8 +304,10 @@ impl Core {
             .values()
             .filter(|app| !app.removed)
             .filter_map(|app| app.autoscaler.as_ref())
-            .filter(|scaler| !scaler.asked)
-            .filter_map(|scaler| scaler.sample_due)
+            .filter_map(|scaler| {
+                let due = scaler.sample_due?;
+                Some(if scaler.asked { due + SAMPLE_GAP } else { due })
+            })
             .min()
     }
 

@@ -483,3 +483,31 @@ fn an_app_removed_and_added_again_starts_from_min_with_no_timer_of_before() {
     harness.advance(2 * SECOND, TICK);
     assert_eq!(harness.core.app("web").map(|a| a.spec.instances), Some(3));
 }
+
+#[test]
+fn a_sample_asked_for_and_never_answered_is_asked_again() {
+    let mut core = Core::new(
+        &Desired {
+            source: "/srv/ecosystem.yaml".into(),
+            apps: vec![autoscaled(1, 4)],
+            memory_check: model::spec::defaults::MEMORY_CHECK,
+            metrics: None,
+        },
+        1000,
+        Instant::now(),
+    );
+    let start = Instant::now();
+    let asked = |core: &mut Core, at| {
+        core.converge(at);
+        core.take_actions()
+            .iter()
+            .filter(|a| matches!(a, Action::SampleLoad { .. }))
+            .count()
+    };
+    assert_eq!(asked(&mut core, start), 1, "the first sample");
+    // Its answer is lost: the core wakes to ask again, and does.
+    let again = core.next_wake();
+    assert!(again <= start + TICK + SAMPLE_GAP, "{:?}", again - start);
+    assert_eq!(asked(&mut core, start + TICK), 0, "not while it may come");
+    assert_eq!(asked(&mut core, again), 1, "asked again");
+}
