@@ -15,7 +15,13 @@
 //!   once `down_after` has passed since the last step up: a step down never
 //!   follows a step up within `down_after` (no flapping);
 //! - a gap in the samples (a stall of ours, a sample lost) longer than
-//!   [`SAMPLE_GAP`] starts both counts afresh: evidence must be continuous.
+//!   [`SAMPLE_GAP`] starts both counts afresh: evidence must be continuous;
+//! - a step down is held while the app's CPU would drive the instances left
+//!   above [`SATURATED_HEADROOM`] of what one burned when requests were
+//!   seen waiting ([`Saturation`]): a queue reads empty both when the app
+//!   is idle and when its count is just enough, and only the CPU tells the
+//!   two apart. Without this, an app at the edge of its load steps down
+//!   until requests wait, steps back up, and so on, every `down_after`.
 //!
 //! The count is the app's `spec.instances` (so reconcile, status and the
 //! rest see one number); the file only bounds it, and an edit clamps it
@@ -39,6 +45,20 @@ pub use model::usage::LoadSample;
 pub const TOLERANCE: f64 = 0.1;
 /// Samples further apart than this are not continuous evidence.
 pub const SAMPLE_GAP: Duration = Duration::from_secs(1);
+/// A step down must leave each remaining instance below this fraction of
+/// the CPU of a saturated one: at 80 % busy, requests rarely wait long.
+pub const SATURATED_HEADROOM: f64 = 0.8;
+/// A saturated instance measured below this (percent of one CPU) says
+/// nothing usable: its work is waiting, not computing.
+pub const SATURATED_AT_LEAST: f64 = 1.0;
+/// A saturation learned this many `down_after`s ago, and at least
+/// [`SATURATION_KEPT_AT_LEAST`] ago, is forgotten, and learned again at the
+/// next overload: a server whose idle CPU reads as busy still goes back to
+/// `min`, only slower.
+pub const SATURATION_KEPT_FOR: u32 = 10;
+/// A load at the edge of the count stays there for minutes, whatever
+/// `down_after` is: kept this long in any case.
+pub const SATURATION_KEPT_AT_LEAST: Duration = Duration::from_secs(600);
 
 /// Which target asked for a change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,6 +78,8 @@ pub struct Autoscaler {
     under_since: Option<Instant>,
     #[serde(with = "model::monotonic::option")]
     last_up: Option<Instant>,
+    /// What one instance burns when requests wait for it.
+    saturation: Option<Saturation>,
     #[serde(with = "model::monotonic::option")]
     last_sample_at: Option<Instant>,
     /// When the next sample is due.
@@ -79,6 +101,16 @@ pub struct PerInstance {
     pub queue: Option<f64>,
     /// The average CPU of a ready instance, in percent of one CPU.
     pub cpu_percent: Option<f64>,
+}
+
+/// The CPU of one instance when requests were waiting for every one: the
+/// most it can do, measured on the app's own work.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Saturation {
+    /// Percent of one CPU.
+    pub cpu_percent: f64,
+    #[serde(with = "model::monotonic::instant")]
+    pub at: Instant,
 }
 
 /// A change of the count, and why.
@@ -134,6 +166,12 @@ impl Autoscaler {
         if let Some((metric, ratio)) = over {
             self.under_since = None;
             let since = *self.over_since.get_or_insert(now);
+            // Only a whole interval of waiting says every instance was
+            // busy throughout: the first sample of an overload may cover
+            // idle time before it began.
+            if since < now {
+                self.learn_saturation(range, ready, sample, now);
+            }
             let lasted = now.saturating_duration_since(since);
             let rested = self
                 .last_up
@@ -168,6 +206,10 @@ impl Autoscaler {
             .last_up
             .is_none_or(|up| now.saturating_duration_since(up) >= range.down_after);
         if lasted >= range.down_after && rested && current > range.min {
+            if self.too_busy_for(current - 1, range, ready, sample, now) {
+                // Held, not restarted: the step comes once the load falls.
+                return None;
+            }
             // The next step down needs another `down_after`.
             self.under_since = Some(now);
             return Some(Scaling {
@@ -185,6 +227,67 @@ impl Autoscaler {
             });
         }
         None
+    }
+}
+
+impl Autoscaler {
+    /// With the queue over its target, each of the `ready` instances (all
+    /// measured) burns what a saturated one does.
+    fn learn_saturation(
+        &mut self,
+        range: &AutoscaleSpec,
+        ready: u32,
+        sample: LoadSample,
+        now: Instant,
+    ) {
+        let queue_over = ratios(range, ready, sample).any(|(metric, ratio)| {
+            metric == Metric::Queue && ratio.is_some_and(|r| r > 1.0 + TOLERANCE)
+        });
+        let (Some(total), true) = (
+            sample.cpu_percent,
+            queue_over && ready > 0 && sample.measured == ready,
+        ) else {
+            return;
+        };
+        let cpu_percent = f64::from(total) / f64::from(ready);
+        if cpu_percent >= SATURATED_AT_LEAST {
+            self.saturation = Some(Saturation {
+                cpu_percent,
+                at: now,
+            });
+        }
+    }
+
+    /// Would `fewer` instances be above [`SATURATED_HEADROOM`] of a
+    /// saturated one with the CPU the app burns now? Unknown (nothing
+    /// learned, or learned too long ago; nothing measured) is no.
+    fn too_busy_for(
+        &mut self,
+        fewer: u32,
+        range: &AutoscaleSpec,
+        ready: u32,
+        sample: LoadSample,
+        now: Instant,
+    ) -> bool {
+        let Some(saturation) = self.saturation else {
+            return false;
+        };
+        let kept_for = (range.down_after * SATURATION_KEPT_FOR).max(SATURATION_KEPT_AT_LEAST);
+        if now.saturating_duration_since(saturation.at) >= kept_for {
+            self.saturation = None;
+            return false;
+        }
+        let (Some(total), 1..) = (sample.cpu_percent, sample.measured) else {
+            return false;
+        };
+        // Going to none is the queue's to judge: any CPU at all would hold it.
+        if fewer == 0 {
+            return false;
+        }
+        // The instances not measured yet burn as the measured ones do.
+        let app_percent =
+            f64::from(total) / f64::from(sample.measured) * f64::from(ready.max(sample.measured));
+        app_percent / f64::from(fewer) >= SATURATED_HEADROOM * saturation.cpu_percent
     }
 }
 

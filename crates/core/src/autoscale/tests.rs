@@ -511,3 +511,5 @@ fn a_sample_asked_for_and_never_answered_is_asked_again() {
     assert_eq!(asked(&mut core, start + TICK), 0, "not while it may come");
     assert_eq!(asked(&mut core, again), 1, "asked again");
 }
+
+mod saturation;
